@@ -1,0 +1,49 @@
+# The two quick-start commands (README): `make demo` and `make test`. Each installs what is missing,
+# builds what is out of date, then runs. Nothing is reinstalled or rebuilt when up to date.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_GEN  := -G Ninja
+
+.PHONY: all deps build build-asan test test-fast demo format clean reference-fixtures
+
+all: build
+
+deps:
+	@scripts/setup.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release
+
+$(ASAN_BUILD)/build.ninja: | deps
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DZAYA_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+
+build: deps $(BUILD)/build.ninja
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target zaya_unit_tests
+
+# The whole suite: every test of the release build, then the unit tests again under ASan + UBSan.
+test: build build-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS) -L unit
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD)/zaya
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.h')
+
+# Regenerates tests/fixtures/ from the reference implementation (needs PyPI; not part of `make test`).
+reference-fixtures:
+	tools/reference/setup_venv.sh
+	tools/reference/.venv/bin/python tools/reference/gen_io_fixtures.py
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,13 @@
+#pragma once
+// Each subcommand lives in its own file and registers itself on the top-level app here. Registration
+// binds the flags and sets the callback that CLI11 runs after a successful parse.
+
+namespace CLI {
+class App;
+}
+
+namespace zaya::cli {
+
+void add_inspect_command(CLI::App& app);
+
+}  // namespace zaya::cli

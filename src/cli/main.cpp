@@ -1,0 +1,52 @@
+// `zaya`: the command line. Parses, dispatches to one subcommand, and turns every failure into a one-line
+// message: exit 2 for a bad command line, 1 for anything else that went wrong.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"zaya: train Mixture-of-Experts language models of the ZAYA1 architecture", "zaya"};
+  app.set_version_flag("--version", "zaya " ZAYA_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+  int threads = 0;
+  app.add_option("--threads", threads, "threads for kernels (default: all cores or OMP_NUM_THREADS)")
+      ->check(CLI::NonNegativeNumber);
+  app.parse_complete_callback([&] { zaya::set_num_threads(threads); });
+
+  zaya::cli::add_inspect_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const bool unknown_command = app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-';
+    if (unknown_command) {
+      std::fprintf(stderr, "zaya: unknown command '%s' (see 'zaya --help')\n", argv[1]);
+    } else {
+      std::fprintf(stderr, "zaya: %s (see 'zaya --help')\n", e.what());
+    }
+    return 2;
+  } catch (const zaya::Error& e) {
+    std::fprintf(stderr, "zaya: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "zaya: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zaya: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

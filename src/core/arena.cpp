@@ -1,0 +1,52 @@
+#include "core/arena.h"
+
+#include <algorithm>
+
+namespace zaya {
+
+Arena::Arena(size_t initial_bytes) {
+  if (initial_bytes) add_block(initial_bytes);
+}
+
+void Arena::add_block(size_t bytes) {
+  blocks_.emplace_back(align_up(bytes));
+  offset_ = 0;
+  ++system_allocations_;
+}
+
+void* Arena::allocate(size_t bytes) {
+  bytes = align_up(std::max<size_t>(bytes, 1));
+  if (blocks_.empty() || offset_ + bytes > blocks_.back().size()) {
+    const size_t last = blocks_.empty() ? 0 : blocks_.back().size();
+    add_block(std::max(bytes, 2 * last));
+  }
+  void* out = static_cast<char*>(blocks_.back().data()) + offset_;
+  offset_ += bytes;
+  used_ += bytes;
+  high_water_ = std::max(high_water_, used_);
+  return out;
+}
+
+void Arena::rewind(const Mark& mark) {
+  // Blocks added after the mark are dropped; the high-water mark already accounts for them.
+  while (blocks_.size() > mark.block + 1) blocks_.pop_back();
+  offset_ = mark.offset;
+  used_ = mark.used;
+}
+
+void Arena::reset() {
+  if (blocks_.size() > 1) {
+    blocks_.clear();
+    add_block(high_water_);
+  }
+  offset_ = 0;
+  used_ = 0;
+}
+
+size_t Arena::capacity() const {
+  size_t total = 0;
+  for (const AlignedBuffer& block : blocks_) total += block.size();
+  return total;
+}
+
+}  // namespace zaya

@@ -1,0 +1,49 @@
+#pragma once
+// A bump allocator for per-step scratch and activations. The first steps (warm-up) may grow it; reset()
+// then folds everything into one block of the high-water size, so later steps of the same shape make no
+// system allocation at all. system_allocations() lets tests check exactly that.
+
+#include <cstddef>
+#include <vector>
+
+#include "core/buffer.h"
+
+namespace zaya {
+
+class Arena {
+ public:
+  explicit Arena(size_t initial_bytes = 0);
+
+  // 64-byte aligned, uninitialised.
+  void* allocate(size_t bytes);
+  template <class T>
+  T* alloc(size_t count) {
+    return static_cast<T*>(allocate(count * sizeof(T)));
+  }
+
+  // A position to rewind to, for scratch that lives shorter than the step (last in, first out).
+  struct Mark {
+    size_t block = 0, offset = 0, used = 0;
+  };
+  Mark mark() const { return {blocks_.empty() ? 0 : blocks_.size() - 1, offset_, used_}; }
+  void rewind(const Mark& mark);
+
+  // Ends the step: everything allocated since the last reset is released.
+  void reset();
+
+  size_t used() const { return used_; }
+  size_t high_water() const { return high_water_; }
+  size_t capacity() const;
+  size_t system_allocations() const { return system_allocations_; }
+
+ private:
+  void add_block(size_t bytes);
+
+  std::vector<AlignedBuffer> blocks_;
+  size_t offset_ = 0;  // into blocks_.back()
+  size_t used_ = 0;    // bytes handed out since reset, over all blocks
+  size_t high_water_ = 0;
+  size_t system_allocations_ = 0;
+};
+
+}  // namespace zaya

@@ -1,0 +1,34 @@
+#pragma once
+// Files that appear whole or not at all: data goes to a temporary file beside the target, is fsynced,
+// then renamed over the target and the directory is fsynced. A crash leaves the old file (or nothing),
+// never a half-written one.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace zaya {
+
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);  // throws Error naming the file
+  ~AtomicFileWriter();                          // removes the temporary file unless committed
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  void commit();
+
+ private:
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::string& path, std::string_view contents);
+std::string read_text_file(const std::string& path);  // throws Error naming the file
+// fsync of a directory, so that a rename inside it is durable.
+void sync_directory(const std::string& dir);
+
+}  // namespace zaya

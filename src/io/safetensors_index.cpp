@@ -1,0 +1,125 @@
+#include "io/safetensors_index.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+
+namespace zaya {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+std::string shard_name(size_t index, size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", index + 1, count);
+  return name;
+}
+
+}  // namespace
+
+WeightSet::WeightSet(const std::string& dir) {
+  const fs::path single = fs::path(dir) / kSingleFile, index_path = fs::path(dir) / kIndexFile;
+  if (fs::exists(single)) {
+    files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
+    return;
+  }
+  if (!fs::exists(index_path)) {
+    throw Error(cat("no ", kSingleFile, " or ", kIndexFile, " in the model directory")).file(dir);
+  }
+  json index;
+  try {
+    index = json::parse(read_text_file(index_path.string()));
+  } catch (const json::exception& e) {
+    throw Error(cat("not valid JSON: ", e.what())).file(index_path.string());
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw Error("missing the 'weight_map' object").file(index_path.string()).field("weight_map");
+  }
+  std::map<std::string, size_t> opened;  // shard file -> position in files_
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) throw Error("shard name is not a string").file(index_path.string()).tensor(tensor);
+    const std::string shard_file = shard.get<std::string>();
+    if (shard_file.find('/') != std::string::npos || shard_file == "..") {
+      throw Error("shard name must be a file in the model directory").file(index_path.string()).tensor(tensor);
+    }
+    auto [it, inserted] = opened.emplace(shard_file, files_.size());
+    if (inserted) files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / shard_file).string()));
+    if (!files_[it->second]->find(tensor)) {
+      throw Error("the index places this tensor in a shard that lacks it").file(files_[it->second]->path()).tensor(tensor);
+    }
+  }
+}
+
+WeightSet::Found WeightSet::find(std::string_view name) const {
+  for (const auto& file : files_) {
+    if (const SafetensorsEntry* entry = file->find(name)) return {file.get(), entry};
+  }
+  return {nullptr, nullptr};
+}
+
+std::vector<std::string> WeightSet::names() const {
+  std::set<std::string> unique;
+  for (const auto& file : files_) {
+    for (const SafetensorsEntry& entry : file->entries()) {
+      if (!unique.insert(entry.name).second) {
+        throw Error("tensor appears in more than one shard").file(file->path()).tensor(entry.name);
+      }
+    }
+  }
+  return {unique.begin(), unique.end()};
+}
+
+void write_weight_set(const std::string& dir, const std::vector<std::pair<std::string, TensorView>>& tensors,
+                      size_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+  fs::create_directories(dir);
+  // Greedy packing in the given order; a tensor larger than the limit gets a shard of its own.
+  std::vector<SafetensorsWriter> shards(1);
+  std::vector<size_t> shard_of(tensors.size());
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& view = tensors[i].second;
+    if (shards.back().data_bytes() > 0 && shards.back().data_bytes() + view.nbytes() > max_shard_bytes) {
+      shards.emplace_back();
+    }
+    shards.back().add(tensors[i].first, view);
+    shard_of[i] = shards.size() - 1;
+    total += view.nbytes();
+  }
+  for (SafetensorsWriter& shard : shards) {
+    for (const auto& [key, value] : metadata) shard.set_metadata(key, value);
+  }
+
+  std::set<std::string> written;
+  if (shards.size() == 1) {
+    shards[0].write((fs::path(dir) / kSingleFile).string());
+    written.insert(kSingleFile);
+  } else {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = shard_name(i, shards.size());
+      shards[i].write((fs::path(dir) / name).string());
+      written.insert(name);
+    }
+    json weight_map = json::object();
+    for (size_t i = 0; i < tensors.size(); ++i) weight_map[tensors[i].first] = shard_name(shard_of[i], shards.size());
+    const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_file_atomic((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
+    written.insert(kIndexFile);
+  }
+  // A directory that held the other layout must not keep it: readers would pick the stale one.
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool weight_file = name == kSingleFile || name == kIndexFile ||
+                             (name.starts_with("model-") && name.ends_with(".safetensors"));
+    if (weight_file && !written.count(name)) fs::remove(entry.path());
+  }
+}
+
+}  // namespace zaya

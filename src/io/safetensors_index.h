@@ -1,0 +1,36 @@
+#pragma once
+// The weights of a model directory as transformers lays them out: one `model.safetensors`, or shards
+// `model-0000i-of-0000N.safetensors` listed by `model.safetensors.index.json` ({"metadata": {...},
+// "weight_map": {tensor: shard file}}).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace zaya {
+
+class WeightSet {
+ public:
+  // Opens `dir`/model.safetensors, or the shards its index names. Throws Error naming the file and tensor.
+  explicit WeightSet(const std::string& dir);
+
+  struct Found {
+    const SafetensorsFile* file;
+    const SafetensorsEntry* entry;
+  };
+  // nullptr file when the name is absent.
+  Found find(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+};
+
+// Writes `tensors` into `dir` as one model.safetensors when they fit in max_shard_bytes, else as shards
+// plus the index, each file atomically. Stale weight files of a different layout are removed afterwards.
+void write_weight_set(const std::string& dir, const std::vector<std::pair<std::string, TensorView>>& tensors,
+                      size_t max_shard_bytes, const std::map<std::string, std::string>& metadata);
+
+}  // namespace zaya

@@ -1,0 +1,28 @@
+#pragma once
+// Helpers shared by the unit tests: a scratch directory per test and fixture paths.
+
+#include <string>
+
+namespace zaya::test {
+
+// tests/fixtures/<relative>
+std::string fixture(const std::string& relative);
+
+// A fresh, empty directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_bytes(const std::string& path, const std::string& bytes);
+std::string read_bytes(const std::string& path);
+
+}  // namespace zaya::test
