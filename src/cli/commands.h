@@ -8,6 +8,7 @@ class App;
 
 namespace zaya::cli {
 
+void add_forward_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 
 }  // namespace zaya::cli

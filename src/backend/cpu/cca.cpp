@@ -1,0 +1,266 @@
+// The CCA-specific ops: the q-k mean skip, the two causal convolutions over time, L2 normalisation with
+// the key temperature, and partial rotary embeddings.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace zaya {
+namespace {
+
+// torch.finfo(torch.float32).eps: the floor ZayaQKNorm puts under each norm.
+constexpr float kNormFloor = std::numeric_limits<float>::epsilon();
+
+// Rearranges the grouped weight [channels, head_dim, k1] into one [head_dim_out, head_dim_in] matrix per
+// (tap, channel block): taps[a][c][i] = weight[c][i][a], so each tap of each group is a plain GEMM operand.
+void split_taps(const float* g_weight, int64_t channels, int64_t head_dim, int64_t k1, float* taps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t i = 0; i < head_dim; ++i) {
+      for (int64_t a = 0; a < k1; ++a) taps[(a * channels + c) * head_dim + i] = g_weight[(c * head_dim + i) * k1 + a];
+    }
+  }
+}
+
+}  // namespace
+
+void CpuOps::qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape, float* q_res,
+                             float* k_res) {
+  const int64_t d = shape.head_dim, groups = shape.heads / shape.kv_heads;
+  const float inv_groups = 1.0f / float(groups);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* q = qk + t * ld;
+    const float* k = q + shape.heads * d;
+    float* qr = q_res + t * shape.heads * d;
+    float* kr = k_res + t * shape.kv_heads * d;
+    for (int64_t g = 0; g < shape.kv_heads; ++g) {
+      float* kg = kr + g * d;
+      std::fill(kg, kg + d, 0.0f);
+      for (int64_t j = 0; j < groups; ++j) {
+        const int64_t h = g * groups + j;
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) {
+          qr[h * d + i] = (q[h * d + i] + k[g * d + i]) * 0.5f;
+          kg[i] += qr[h * d + i];
+        }
+      }
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) kg[i] *= inv_groups;
+    }
+  }
+}
+
+void CpuOps::qk_mean_backward(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
+                              const AttentionShape& shape, float* dqk) {
+  const int64_t d = shape.head_dim, groups = shape.heads / shape.kv_heads;
+  const float inv_groups = 1.0f / float(groups);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* dq = dqk + t * ld;
+    float* dk = dq + shape.heads * d;
+    const float* dqr = dq_res + t * shape.heads * d;
+    const float* dkr = dk_res + t * shape.kv_heads * d;
+    for (int64_t g = 0; g < shape.kv_heads; ++g) {
+      for (int64_t j = 0; j < groups; ++j) {
+        const int64_t h = g * groups + j;
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) {
+          // The total gradient reaching q_res[h]: its own plus its share of the mean in k_res[g].
+          const float through = 0.5f * (dqr[h * d + i] + dkr[g * d + i] * inv_groups);
+          dq[h * d + i] += through;
+          dk[g * d + i] += through;
+        }
+      }
+    }
+  }
+}
+
+int64_t CpuOps::cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) {
+  const int64_t channels = (shape.heads + shape.kv_heads) * shape.head_dim;
+  // taps, their gradient, the depthwise output's gradient, the depthwise weight transposed.
+  return 2 * k1 * channels * shape.head_dim + shape.batch * (shape.seq + k1 - 1) * channels + k0 * channels;
+}
+
+void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
+                              const float* dw_weight, const float* dw_bias, const float* g_weight, const float* g_bias,
+                              float* dw, float* out, float* scratch) {
+  const int64_t d = shape.head_dim, groups = shape.heads + shape.kv_heads, channels = groups * d;
+  const int64_t batch = shape.batch, seq = shape.seq, pad = (k0 - 1) + (k1 - 1), dw_len = seq + k1 - 1;
+  float* taps = scratch;
+
+  // Depthwise: dw[b, j, c] = bias[c] + sum_a w[c, a] * x[b, j + a - pad, c] (zero left of the sequence).
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < dw_len; ++j) {
+      float* row = dw + (b * dw_len + j) * channels;
+      std::memcpy(row, dw_bias, size_t(channels) * sizeof(float));
+      for (int64_t a = 0; a < k0; ++a) {
+        const int64_t s = j + a - pad;
+        if (s < 0 || s >= seq) continue;
+        const float* xs = x + (b * seq + s) * channels;
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) row[c] += dw_weight[c * k0 + a] * xs[c];
+      }
+    }
+  }
+
+  // Grouped: out[b, t, group] = bias + sum_a dw[b, t + a, group] @ taps[a][group]^T.
+  split_taps(g_weight, channels, d, k1, taps);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float* o = out + b * seq * channels + g * d;
+      for (int64_t t = 0; t < seq; ++t) std::memcpy(o + t * channels, g_bias + g * d, size_t(d) * sizeof(float));
+      for (int64_t a = 0; a < k1; ++a) {
+        gemm(Trans::No, Trans::Yes, seq, d, d, 1.0f, dw + (b * dw_len + a) * channels + g * d, channels,
+             taps + (a * channels + g * d) * d, d, 1.0f, o, channels);
+      }
+    }
+  }
+}
+
+void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
+                               int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
+                               float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
+                               float* scratch) {
+  const int64_t d = shape.head_dim, groups = shape.heads + shape.kv_heads, channels = groups * d;
+  const int64_t batch = shape.batch, seq = shape.seq, pad = (k0 - 1) + (k1 - 1), dw_len = seq + k1 - 1;
+  float* taps = scratch;
+  float* d_taps = taps + k1 * channels * d;
+  float* d_dw = d_taps + k1 * channels * d;
+  float* dw_weight_t = d_dw + batch * dw_len * channels;  // [k0, channels]
+
+  bias_backward(dout, batch * seq, channels, channels, d_g_bias);
+  split_taps(g_weight, channels, d, k1, taps);
+
+  // Gradient of the depthwise output: d_dw[b, t + a, group] += dout[b, t, group] @ taps[a][group].
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float* target = d_dw + b * dw_len * channels + g * d;
+      for (int64_t j = 0; j < dw_len; ++j) std::memset(target + j * channels, 0, size_t(d) * sizeof(float));
+      for (int64_t a = 0; a < k1; ++a) {
+        gemm(Trans::No, Trans::No, seq, d, d, 1.0f, dout + b * seq * channels + g * d, channels,
+             taps + (a * channels + g * d) * d, d, 1.0f, target + a * channels, channels);
+      }
+    }
+  }
+
+  // Grouped weight gradient, one group per task, summed over sequences in order.
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t a = 0; a < k1; ++a) {
+      float* dtap = d_taps + (a * channels + g * d) * d;
+      for (int64_t b = 0; b < batch; ++b) {
+        gemm(Trans::Yes, Trans::No, d, d, seq, 1.0f, dout + b * seq * channels + g * d, channels,
+             dw + (b * dw_len + a) * channels + g * d, channels, b == 0 ? 0.0f : 1.0f, dtap, d);
+      }
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t a = 0; a < k1; ++a) d_g_weight[(c * d + i) * k1 + a] += d_taps[(a * channels + c) * d + i];
+    }
+  }
+
+  // Depthwise: bias and weight gradients per channel, then dx[b, s] = sum_a w[a] * d_dw[b, s + pad - a].
+  bias_backward(d_dw, batch * dw_len, channels, channels, d_dw_bias);
+  for (int64_t a = 0; a < k0; ++a) {
+    float* column = dw_weight_t + a * channels;
+    std::fill(column, column + channels, 0.0f);
+    reduce_columns(batch * dw_len, channels, column, [&](int64_t row, int64_t c) {
+      const int64_t b = row / dw_len, s = row % dw_len + a - pad;
+      return s < 0 || s >= seq ? 0.0f : d_dw[row * channels + c] * x[(b * seq + s) * channels + c];
+    });
+    for (int64_t c = 0; c < channels; ++c) d_dw_weight[c * k0 + a] += column[c];
+  }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      float* row = dx + (b * seq + s) * channels;
+      std::memset(row, 0, size_t(channels) * sizeof(float));
+      for (int64_t a = 0; a < k0; ++a) {
+        const int64_t j = s + pad - a;
+        if (j < 0 || j >= dw_len) continue;
+        const float* grad = d_dw + (b * dw_len + j) * channels;
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) row[c] += dw_weight[c * k0 + a] * grad[c];
+      }
+    }
+  }
+}
+
+void CpuOps::l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp,
+                            float* out, float* norms) {
+  const float target = std::sqrt(float(head_dim));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* xr = x + r * head_dim;
+    float sum_sq = 0;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int64_t i = 0; i < head_dim; ++i) sum_sq += xr[i] * xr[i];
+    const float norm = std::max(std::sqrt(sum_sq), kNormFloor);
+    norms[r] = norm;
+    const float factor = target / norm * (temp ? temp[r % heads] : 1.0f);
+#pragma omp simd
+    for (int64_t i = 0; i < head_dim; ++i) out[r * head_dim + i] = xr[i] * factor;
+  }
+}
+
+// y = c x / n with n = max(|x|, floor), c = sqrt(D) * temp: dx = (c / n) (dy - x (x.dy) / |x|^2) while |x|
+// is above the floor, (c / floor) dy below it; dtemp = sum (sqrt(D) / n) x.dy.
+void CpuOps::l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows, int64_t heads,
+                             int64_t head_dim, const float* temp, float* dx, float* dtemp) {
+  const float target = std::sqrt(float(head_dim));
+  auto dot = [&](int64_t r) {
+    float sum = 0;
+    for (int64_t i = 0; i < head_dim; ++i) sum += x[r * head_dim + i] * dout[r * head_dim + i];
+    return sum;
+  };
+  if (temp) reduce_columns(rows, heads, dtemp, [&](int64_t row, int64_t h) {
+    const int64_t r = row * heads + h;
+    return target / norms[r] * dot(r);
+  });
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* xr = x + r * head_dim;
+    const float* dyr = dout + r * head_dim;
+    const float norm = norms[r], factor = target / norm * (temp ? temp[r % heads] : 1.0f);
+    float sum_sq = 0;
+    for (int64_t i = 0; i < head_dim; ++i) sum_sq += xr[i] * xr[i];
+    const float projection = std::sqrt(sum_sq) > kNormFloor ? dot(r) / sum_sq : 0.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < head_dim; ++i) dx[r * head_dim + i] = factor * (dyr[i] - xr[i] * projection);
+  }
+}
+
+void CpuOps::rope(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+                  const float* cos, const float* sin, bool inverse) {
+  const int64_t half = rotary_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      const float* c = cos + s * half;
+      const float* sn = sin + s * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + ((b * seq + s) * heads + h) * head_dim;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = v[i], x2 = v[i + half], si = sign * sn[i];
+          v[i] = x1 * c[i] - x2 * si;
+          v[i + half] = x2 * c[i] + x1 * si;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace zaya

@@ -1,0 +1,110 @@
+// The ZAYA router's top-1 choice and the dropless MoE data movement: grouping tokens by expert, gathering
+// their rows for one matrix product per expert, and scattering the results back scaled by the gate.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace zaya {
+
+void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
+                        int32_t* choice, float* gate) {
+  const int64_t skip = routes - 1;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* z = logits + t * routes;
+    float* p = probs + t * routes;
+    const float max = *std::max_element(z, z + routes);
+    float sum = 0;
+    for (int64_t e = 0; e < routes; ++e) sum += p[e] = std::exp(z[e] - max);
+    int64_t best = 0;
+    for (int64_t e = 0; e < routes; ++e) {
+      p[e] /= sum;
+      if (p[e] + biases[e] > p[best] + biases[best]) best = e;
+    }
+    choice[t] = int32_t(best);
+    gate[t] = best == skip ? 0.0f : p[best];
+  }
+}
+
+// gate = p[c]: dz[e] = dgate * p[c] * (delta(e, c) - p[e]).
+void CpuOps::route_top1_backward(const float* probs, const int32_t* choice, const float* dgate, int64_t tokens,
+                                 int64_t routes, float* dlogits) {
+  const int64_t skip = routes - 1;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* p = probs + t * routes;
+    float* dz = dlogits + t * routes;
+    const int64_t c = choice[t];
+    if (c == skip) {
+      std::fill(dz, dz + routes, 0.0f);
+      continue;
+    }
+    const float through = dgate[t] * p[c];
+    for (int64_t e = 0; e < routes; ++e) dz[e] = -through * p[e];
+    dz[c] += through;
+  }
+}
+
+void CpuOps::group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
+                             int64_t* offsets) {
+  // Counting sort. offsets[e] first serves as expert e's write cursor, then shifts back into place.
+  std::fill(offsets, offsets + experts + 1, 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (choice[t] < experts) ++offsets[choice[t] + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (choice[t] < experts) order[offsets[choice[t]]++] = int32_t(t);
+  }
+  for (int64_t e = experts; e > 0; --e) offsets[e] = offsets[e - 1];
+  offsets[0] = 0;
+}
+
+void CpuOps::gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
+                         float* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float* from = src + int64_t(order[i]) * n;
+    if (!scale) {
+      std::memcpy(dst + i * n, from, size_t(n) * sizeof(float));
+      continue;
+    }
+    const float factor = scale[order[i]];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) dst[i * n + j] = factor * from[j];
+  }
+}
+
+void CpuOps::scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
+                          bool accumulate, float* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    float* row = dst + int64_t(order[i]) * n;
+    const float* from = src + i * n;
+    const float factor = scale ? scale[order[i]] : 1.0f;
+    if (accumulate) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] += factor * from[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] = factor * from[j];
+    }
+  }
+}
+
+void CpuOps::gather_dot(const float* a, const int32_t* order, const float* b, int64_t count, int64_t n, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float* x = a + int64_t(order[i]) * n;
+    const float* y = b + i * n;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
+    out[i] = sum;
+  }
+}
+
+}  // namespace zaya

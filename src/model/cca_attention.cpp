@@ -1,0 +1,136 @@
+// The CCA attention block of one decoder layer (transformers' ZayaCCAProjection, ZayaQKNorm and
+// ZayaAttention): q and k projections, the q-k mean skip, the causal depthwise + grouped convolutions,
+// values half from the current and half from the previous token, L2-normalised q and k with the learned
+// key temperature, partial RoPE, causal GQA attention, o_proj.
+
+#include <cmath>
+
+#include "backend/ops.h"
+#include "model/layer_activations.h"
+#include "model/zaya_model.h"
+
+namespace zaya {
+namespace {
+
+AttentionShape attention_shape(const ModelDims& dims, const Batch& batch, int layer) {
+  return {batch.batch, batch.seq, dims.heads, dims.kv_heads, dims.head_dim, dims.layer[size_t(layer)].window};
+}
+
+}  // namespace
+
+void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivations& a) {
+  const LayerWeights& w = w_.layers[size_t(layer)];
+  const AttentionShape shape = attention_shape(dims_, batch, layer);
+  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels();
+  const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
+  const int64_t rotary = dims_.layer[size_t(layer)].rotary_dim;
+  const Arena::Mark mark = scratch_.mark();
+
+  // q0 | k0 side by side: the convolution mixes them as one [T, C] signal.
+  ops_.gemm(Trans::No, Trans::Yes, T, QD, H, 1.0f, a.xn1, H, w.q_proj, H, 0.0f, a.qk0, C);
+  ops_.gemm(Trans::No, Trans::Yes, T, KD, H, 1.0f, a.xn1, H, w.k_proj, H, 0.0f, a.qk0 + QD, C);
+  if (w.q_bias) ops_.add_bias(a.qk0, T, QD, C, w.q_bias);
+  if (w.k_bias) ops_.add_bias(a.qk0 + QD, T, KD, C, w.k_bias);
+  ops_.qk_mean_forward(a.qk0, T, C, shape, a.q_res, a.k_res);
+
+  float* conv = scratch_.alloc<float>(size_t(T * C));
+  float* conv_scratch = scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1)));
+  ops_.cca_conv_forward(a.qk0, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight, w.conv_dw_bias,
+                        w.conv_g_weight, w.conv_g_bias, a.dw, conv, conv_scratch);
+  ops_.copy_rows(a.q_res, QD, T, QD, a.q_pre, QD, false);
+  ops_.copy_rows(conv, C, T, QD, a.q_pre, QD, true);
+  ops_.copy_rows(a.k_res, KD, T, KD, a.k_pre, KD, false);
+  ops_.copy_rows(conv + QD, C, T, KD, a.k_pre, KD, true);
+
+  ops_.l2norm_forward(a.q_pre, T, dims_.heads, D, nullptr, a.q, a.q_norms);
+  ops_.l2norm_forward(a.k_pre, T, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);
+  const float* cos = rope_cos_[size_t(layer)];
+  const float* sin = rope_sin_[size_t(layer)];
+  ops_.rope(a.q, batch.batch, batch.seq, dims_.heads, D, rotary, cos, sin, false);
+  ops_.rope(a.k, batch.batch, batch.seq, dims_.kv_heads, D, rotary, cos, sin, false);
+
+  // v = [v_proj_current(x_t) | v_proj_delayed(x_{t-1})]; before the first token the delayed projection
+  // sees a zero vector, which leaves its bias (or zero).
+  ops_.gemm(Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1, H, w.v_current, H, 0.0f, a.v, KD);
+  if (w.v_current_bias) ops_.add_bias(a.v, T, half, KD, w.v_current_bias);
+  float* delayed = scratch_.alloc<float>(size_t(T * half));
+  ops_.gemm(Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, delayed, half);
+  float* first = w.v_delayed_bias;
+  if (first) {
+    ops_.add_bias(delayed, T, half, half, first);
+  } else {
+    first = scratch_.alloc<float>(size_t(half));
+    ops_.fill(first, half, 0.0f);
+  }
+  ops_.delay_forward(delayed, first, batch.batch, batch.seq, half, a.v + half, KD);
+
+  ops_.attention_forward(a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)), a.o, a.lse);
+  ops_.gemm(Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o, QD, w.o_proj, QD, 0.0f, a.attn, H);
+  if (w.o_bias) ops_.add_bias(a.attn, T, H, H, w.o_bias);
+  scratch_.rewind(mark);
+}
+
+void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn, float* d_x) {
+  const LayerWeights& w = w_.layers[size_t(layer)];
+  LayerWeights& g = g_.layers[size_t(layer)];
+  const AttentionShape shape = attention_shape(dims_, batch, layer);
+  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels();
+  const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
+  const int64_t rotary = dims_.layer[size_t(layer)].rotary_dim;
+  const Arena::Mark mark = scratch_.mark();
+  auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
+
+  // o_proj
+  ops_.gemm(Trans::Yes, Trans::No, H, QD, T, 1.0f, d_attn, H, a.o, QD, 1.0f, g.o_proj, QD);
+  if (g.o_bias) ops_.bias_backward(d_attn, T, H, H, g.o_bias);
+  float* d_o = f(T * QD);
+  ops_.gemm(Trans::No, Trans::No, T, QD, H, 1.0f, d_attn, H, w.o_proj, QD, 0.0f, d_o, QD);
+
+  float* d_q = f(T * QD);
+  float* d_k = f(T * KD);
+  float* d_v = f(T * KD);
+  ops_.attention_backward(a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape, 1.0f / std::sqrt(float(D)),
+                          d_q, d_k, d_v);
+  const float* cos = rope_cos_[size_t(layer)];
+  const float* sin = rope_sin_[size_t(layer)];
+  ops_.rope(d_q, batch.batch, batch.seq, dims_.heads, D, rotary, cos, sin, true);
+  ops_.rope(d_k, batch.batch, batch.seq, dims_.kv_heads, D, rotary, cos, sin, true);
+  float* d_q_pre = f(T * QD);
+  float* d_k_pre = f(T * KD);
+  ops_.l2norm_backward(a.q_pre, a.q_norms, d_q, T, dims_.heads, D, nullptr, d_q_pre, nullptr);
+  ops_.l2norm_backward(a.k_pre, a.k_norms, d_k, T, dims_.kv_heads, D, w.key_temp, d_k_pre, g.key_temp);
+
+  // q_pre = conv_q + q_res, k_pre = conv_k + k_res: both paths get the same gradient.
+  float* d_conv = f(T * C);
+  ops_.copy_rows(d_q_pre, QD, T, QD, d_conv, C, false);
+  ops_.copy_rows(d_k_pre, KD, T, KD, d_conv + QD, C, false);
+  float* d_qk0 = f(T * C);
+  float* conv_scratch = f(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1));
+  ops_.cca_conv_backward(a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                         w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias, g.conv_g_weight, g.conv_g_bias,
+                         conv_scratch);
+  ops_.qk_mean_backward(d_q_pre, d_k_pre, T, C, shape, d_qk0);
+
+  // Values: the delayed half at position s came from x_{s-1}.
+  float* d_delayed = f(T * half);
+  ops_.delay_backward(d_v + half, KD, batch.batch, batch.seq, half, d_delayed, g.v_delayed_bias);
+  if (g.v_delayed_bias) ops_.bias_backward(d_delayed, T, half, half, g.v_delayed_bias);
+  if (g.v_current_bias) ops_.bias_backward(d_v, T, half, KD, g.v_current_bias);
+  ops_.gemm(Trans::Yes, Trans::No, half, H, T, 1.0f, d_v, KD, a.xn1, H, 1.0f, g.v_current, H);
+  ops_.gemm(Trans::Yes, Trans::No, half, H, T, 1.0f, d_delayed, half, a.xn1, H, 1.0f, g.v_delayed, H);
+
+  // q and k projections.
+  ops_.gemm(Trans::Yes, Trans::No, QD, H, T, 1.0f, d_qk0, C, a.xn1, H, 1.0f, g.q_proj, H);
+  ops_.gemm(Trans::Yes, Trans::No, KD, H, T, 1.0f, d_qk0 + QD, C, a.xn1, H, 1.0f, g.k_proj, H);
+  if (g.q_bias) ops_.bias_backward(d_qk0, T, QD, C, g.q_bias);
+  if (g.k_bias) ops_.bias_backward(d_qk0 + QD, T, KD, C, g.k_bias);
+
+  // The input gradient sums the four projections' contributions.
+  ops_.gemm(Trans::No, Trans::No, T, H, QD, 1.0f, d_qk0, C, w.q_proj, H, 0.0f, d_x, H);
+  ops_.gemm(Trans::No, Trans::No, T, H, KD, 1.0f, d_qk0 + QD, C, w.k_proj, H, 1.0f, d_x, H);
+  ops_.gemm(Trans::No, Trans::No, T, H, half, 1.0f, d_v, KD, w.v_current, H, 1.0f, d_x, H);
+  ops_.gemm(Trans::No, Trans::No, T, H, half, 1.0f, d_delayed, half, w.v_delayed, H, 1.0f, d_x, H);
+  scratch_.rewind(mark);
+}
+
+}  // namespace zaya

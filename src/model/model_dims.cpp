@@ -1,0 +1,87 @@
+#include "model/model_dims.h"
+
+#include "core/error.h"
+
+namespace zaya {
+
+ModelDims model_dims(const ZayaConfig& c) {
+  ModelDims d;
+  d.vocab = c.vocab_size;
+  d.hidden = c.hidden_size;
+  d.layers = c.num_hidden_layers;
+  d.heads = c.num_attention_heads;
+  d.kv_heads = c.num_key_value_heads;
+  d.head_dim = c.head_dim;
+  d.experts = c.num_experts;
+  d.intermediate = c.moe_intermediate_size;
+  d.router = c.router_hidden_size;
+  d.conv_time0 = c.cca_time0;
+  d.conv_time1 = c.cca_time1;
+  d.rms_eps = float(c.rms_norm_eps);
+  d.tied_embeddings = c.tie_word_embeddings;
+  d.lm_head_bias = c.lm_head_bias;
+  d.attention_bias = c.attention_bias;
+  d.pad_token_id = c.pad_token_id ? int32_t(*c.pad_token_id) : -1;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string& type = c.layer_type(i);
+    const RopeParameters& rope = c.rope_parameters.at(type);
+    LayerDims layer;
+    layer.rotary_dim = int64_t(double(c.head_dim) * rope.partial_rotary_factor);
+    layer.rope_theta = rope.rope_theta;
+    layer.window = type == kLayerSliding ? *c.sliding_window : 0;
+    d.layer.push_back(layer);
+  }
+  return d;
+}
+
+namespace {
+
+ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       int64_t experts, int64_t intermediate, int64_t router, int64_t max_positions) {
+  ZayaConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.num_experts = experts;
+  c.moe_intermediate_size = intermediate;
+  c.router_hidden_size = router;
+  c.max_position_embeddings = max_positions;
+  c.pad_token_id = 0;
+  c.bos_token_id = 2;
+  c.eos_token_id = {1};
+  c.fill_defaults();
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"tiny", "small", "zaya1-base"}; }
+
+ZayaConfig preset_config(const std::string& name) {
+  ZayaConfig c;
+  if (name == "tiny") {
+    // Every feature at toy size, for tests: GQA, a sliding-window layer, experts and the skip route.
+    c = make_preset(512, 64, 2, 4, 2, 16, 4, 64, 32, 1024);
+    c.layer_types = {"hybrid", "hybrid_sliding"};
+    c.sliding_window = 64;
+    c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
+  } else if (name == "small") {
+    // The CPU demo: a training step of 8k tokens takes about a second on 2 cores.
+    c = make_preset(8192, 256, 4, 4, 2, 64, 8, 256, 64, 2048);
+    c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
+  } else if (name == "zaya1-base") {
+    // Zyphra's ZAYA1-base: 40 blocks, hidden 2048, 8 query / 2 KV heads of 128, 16 experts top-1 with the
+    // skip route, expert FFN 2048 -> 4096 (gate and up) -> 2048, router 256, Gemma 3 vocabulary, tied head.
+    c = make_preset(262272, 2048, 40, 8, 2, 128, 16, 2048, 256, 32768);
+    c.rope_parameters["hybrid"] = {"default", 1'000'000.0, 0.5};
+  } else {
+    throw Error("unknown preset '" + name + "' (expected tiny, small or zaya1-base)");
+  }
+  validate_config(c, "preset " + name);
+  return c;
+}
+
+}  // namespace zaya

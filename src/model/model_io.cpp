@@ -1,0 +1,141 @@
+#include "model/model_io.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/atomic_file.h"
+#include "io/safetensors_index.h"
+
+namespace zaya {
+namespace fs = std::filesystem;
+
+LoadedModel load_model(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw Error("not a model directory").file(dir);
+  LoadedModel model;
+  model.config = load_config((fs::path(dir) / "config.json").string());
+  model.params = std::make_unique<ParameterStore>(model_dims(model.config));
+  ParameterStore& params = *model.params;
+  const WeightSet weights(dir);
+
+  std::set<std::string> expected;
+  for (const ParamInfo& param : params.table().params()) {
+    expected.insert(param.name);
+    const auto found = weights.find(param.name);
+    if (!found.file) throw Error("the model directory lacks this parameter").file(dir).tensor(param.name);
+    const SafetensorsEntry& entry = *found.entry;
+    if (!(entry.shape == param.shape)) {
+      throw Error(cat("shape ", entry.shape.to_string(), " but the config implies ", param.shape.to_string()))
+          .file(found.file->path())
+          .tensor(param.name);
+    }
+    if (!dtype_is_float(entry.dtype) || entry.dtype == DType::F8E4M3 || entry.dtype == DType::F8E5M2) {
+      throw Error(cat("dtype ", dtype_name(entry.dtype), " is not supported (F32, BF16, F16 or F64 are)"))
+          .file(found.file->path())
+          .tensor(param.name);
+    }
+    convert_to_f32(found.file->view(entry), params.value(param));
+  }
+  for (const std::string& name : weights.names()) {
+    // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
+    if (!expected.count(name) && !(name == "lm_head.weight" && model.config.tie_word_embeddings)) {
+      throw Error("the model has no parameter of this name").file(dir).tensor(name);
+    }
+  }
+  return model;
+}
+
+namespace {
+
+std::string generation_config_json(const ZayaConfig& config) {
+  nlohmann::json out = {{"_from_model_config", true}, {"use_cache", true}};
+  if (config.bos_token_id) out["bos_token_id"] = *config.bos_token_id;
+  if (config.pad_token_id) out["pad_token_id"] = *config.pad_token_id;
+  if (config.eos_token_id_is_list || config.eos_token_id.size() > 1) {
+    out["eos_token_id"] = config.eos_token_id;
+  } else if (!config.eos_token_id.empty()) {
+    out["eos_token_id"] = config.eos_token_id[0];
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace
+
+void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,
+                const SaveOptions& options) {
+  if (options.dtype != "float32" && options.dtype != "bfloat16") {
+    throw Error("expected float32 or bfloat16, got " + options.dtype).field("dtype");
+  }
+  fs::create_directories(dir);
+  const bool bf16 = options.dtype == "bfloat16";
+  std::vector<Tensor> converted;  // bf16 copies; they must outlive the write
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  for (const ParamInfo& param : params.table().params()) {
+    TensorView view = params.value_view(param);
+    // The balancing biases stay f32: they are a controller's state, and transformers keeps buffers f32.
+    if (bf16 && param.role != ParamRole::BalancingBias) {
+      converted.emplace_back(DType::BF16, param.shape);
+      const float* from = params.value(param);
+      uint16_t* to = converted.back().as<uint16_t>();
+      for (int64_t i = 0; i < param.numel(); ++i) to[i] = f32_to_bf16(from[i]);
+      view = converted.back().view();
+    }
+    tensors.emplace_back(param.name, view);
+  }
+  write_weight_set(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
+  ZayaConfig saved = config;
+  saved.dtype = options.dtype;
+  save_config(saved, (fs::path(dir) / "config.json").string());
+  write_file_atomic((fs::path(dir) / "generation_config.json").string(), generation_config_json(config));
+}
+
+void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed) {
+  const ModelDims& dims = params.dims();
+  const auto& table = params.table().params();
+  for (size_t index = 0; index < table.size(); ++index) {
+    const ParamInfo& param = table[index];
+    float* values = params.value(param);
+    const int64_t n = param.numel();
+    auto fill = [&](float value) { std::fill(values, values + n, value); };
+    switch (param.role) {
+      case ParamRole::Embedding:
+      case ParamRole::LmHead:
+      case ParamRole::AttentionWeight:
+      case ParamRole::ConvWeight:
+      case ParamRole::RouterWeight:
+      case ParamRole::ExpertWeight: {
+        const RandomStream stream(seed, RngPurpose::ParameterInit, index);
+        const float std = float(initializer_range);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(i));
+        if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {
+          std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden, 0.0f);
+        }
+        break;
+      }
+      case ParamRole::Norm:
+      case ParamRole::ResidualScale:
+      case ParamRole::InputScale:
+      case ParamRole::RouterStatesScale:
+        fill(1.0f);
+        break;
+      case ParamRole::BalancingBias:
+        fill(0.0f);
+        values[n - 1] = -1.0f;
+        break;
+      case ParamRole::LmHeadBias:
+      case ParamRole::InputBias:
+      case ParamRole::ResidualBias:
+      case ParamRole::AttentionBias:
+      case ParamRole::ConvBias:
+      case ParamRole::KeyTemperature:
+      case ParamRole::RouterBias:
+        fill(0.0f);
+        break;
+    }
+  }
+}
+
+}  // namespace zaya

@@ -1,0 +1,38 @@
+#pragma once
+// Model directories in Hugging Face's layout: config.json, model.safetensors (or shards + index),
+// generation_config.json. What transformers saves loads here, and what we save transformers loads.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "io/hf_config.h"
+#include "model/parameters.h"
+
+namespace zaya {
+
+struct LoadedModel {
+  ZayaConfig config;
+  std::unique_ptr<ParameterStore> params;
+};
+
+// Reads config.json and the weights (f32, bf16 or f16, converted to f32). Every parameter must be present
+// with its exact shape; a tensor the model does not have is an error too. Errors name the file and tensor.
+LoadedModel load_model(const std::string& dir);
+
+struct SaveOptions {
+  std::string dtype = "float32";  // or "bfloat16"
+  size_t max_shard_bytes = size_t(5) << 30;
+};
+
+// Writes config.json, generation_config.json and the weights (all parameters and the balancing biases;
+// the tied lm_head is not stored, as transformers does).
+void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,
+                const SaveOptions& options = {});
+
+// transformers' _init_weights: normal(0, initializer_range) for linear, convolution, embedding and expert
+// weights (the padding row of the embedding zeroed), ones for norms and scales, zeros for biases and key
+// temperatures, balancing biases 0 with -1 on the skip route. Counter-based: independent of threads.
+void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed);
+
+}  // namespace zaya

@@ -1,0 +1,123 @@
+// The MoE half of a decoder layer (transformers' ZayaRouter, ZayaRouterMLP, ZayaExperts): the router with
+// depth averaging and top-1 choice over experts + skip, then the dropless experts, one matrix product per
+// expert over the tokens routed to it.
+
+#include "backend/ops.h"
+#include "model/layer_activations.h"
+#include "model/zaya_model.h"
+
+namespace zaya {
+
+void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a, const float* prev_router_state) {
+  const LayerWeights& w = w_.layers[size_t(layer)];
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts, I = dims_.intermediate;
+  const Arena::Mark mark = scratch_.mark();
+
+  // Router: down_proj, plus the previous layer's state (exponential depth averaging), then its MLP.
+  ops_.gemm(Trans::No, Trans::Yes, T, R, H, 1.0f, a.xn2, H, w.router_down, H, 0.0f, a.rh, R);
+  ops_.add_bias(a.rh, T, R, R, w.router_down_bias);
+  if (w.router_states_scale && prev_router_state) ops_.add_scaled(prev_router_state, w.router_states_scale, T, R, a.rh);
+  ops_.rmsnorm_forward(a.rh, w.router_norm, T, R, dims_.rms_eps, a.rn, a.rn_rstd);
+  ops_.gemm(Trans::No, Trans::Yes, T, R, R, 1.0f, a.rn, R, w.fc1, R, 0.0f, a.f1_pre, R);
+  ops_.add_bias(a.f1_pre, T, R, R, w.fc1_bias);
+  ops_.gelu_forward(a.f1_pre, T * R, a.f1);
+  ops_.gemm(Trans::No, Trans::Yes, T, R, R, 1.0f, a.f1, R, w.fc2, R, 0.0f, a.f2_pre, R);
+  ops_.add_bias(a.f2_pre, T, R, R, w.fc2_bias);
+  ops_.gelu_forward(a.f2_pre, T * R, a.f2);
+  float* logits = scratch_.alloc<float>(size_t(T * dims_.routes()));
+  ops_.gemm(Trans::No, Trans::Yes, T, dims_.routes(), R, 1.0f, a.f2, R, w.router_out, R, 0.0f, logits,
+            dims_.routes());
+  ops_.route_top1(logits, w.balancing_biases, T, dims_.routes(), a.probs, a.choice, a.gate);
+
+  // Experts: group the routed tokens, one SwiGLU per expert, scatter back times the gate.
+  ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
+  const int64_t routed = a.offsets[E];
+  float* x = scratch_.alloc<float>(size_t(routed * H));
+  ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+    ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H, 0.0f,
+              a.gate_up + begin * 2 * I, 2 * I);
+  }
+  ops_.swiglu_forward(a.gate_up, routed, I, a.act);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+    ops_.gemm(Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I, w.down + e * H * I, I, 0.0f,
+              a.y + begin * H, H);
+  }
+  ops_.fill(a.moe, T * H, 0.0f);
+  ops_.scatter_rows(a.y, a.order, a.gate, routed, H, false, a.moe);
+  scratch_.rewind(mark);
+}
+
+void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a, const float* d_moe,
+                             const float* d_state_next, float* d_xn2, float* d_state_prev) {
+  const LayerWeights& w = w_.layers[size_t(layer)];
+  LayerWeights& g = g_.layers[size_t(layer)];
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts, I = dims_.intermediate;
+  const int64_t routes = dims_.routes(), routed = a.offsets[E];
+  const Arena::Mark mark = scratch_.mark();
+  auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
+
+  // moe[t] = gate[t] * y[t]: the expert output gets gate * d_moe, the gate gets d_moe . y.
+  float* d_y = f(routed * H);
+  ops_.gather_rows(d_moe, a.order, a.gate, routed, H, d_y);
+  float* d_gate_routed = f(routed);
+  ops_.gather_dot(d_moe, a.order, a.y, routed, H, d_gate_routed);
+  float* d_gate = f(T);
+  ops_.fill(d_gate, T, 0.0f);
+  ops_.scatter_rows(d_gate_routed, a.order, nullptr, routed, 1, false, d_gate);
+
+  float* d_act = f(routed * I);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+    ops_.gemm(Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H, w.down + e * H * I, I, 0.0f,
+              d_act + begin * I, I);
+    ops_.gemm(Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I, 1.0f,
+              g.down + e * H * I, I);
+  }
+  float* d_gate_up = f(routed * 2 * I);
+  ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
+  float* x = f(routed * H);
+  ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
+  float* d_x = f(routed * H);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+    ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H, H, 1.0f,
+              g.gate_up + e * 2 * I * H, H);
+    ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I, w.gate_up + e * 2 * I * H,
+              H, 0.0f, d_x + begin * H, H);
+  }
+  ops_.fill(d_xn2, T * H, 0.0f);
+  ops_.scatter_rows(d_x, a.order, nullptr, routed, H, false, d_xn2);
+
+  // Router, from the gate back to the state.
+  float* d_logits = f(T * routes);
+  ops_.route_top1_backward(a.probs, a.choice, d_gate, T, routes, d_logits);
+  ops_.gemm(Trans::Yes, Trans::No, routes, R, T, 1.0f, d_logits, routes, a.f2, R, 1.0f, g.router_out, R);
+  float* d_hidden = f(T * R);
+  ops_.gemm(Trans::No, Trans::No, T, R, routes, 1.0f, d_logits, routes, w.router_out, R, 0.0f, d_hidden, R);
+  ops_.gelu_backward(a.f2_pre, d_hidden, T * R, d_hidden);
+  ops_.gemm(Trans::Yes, Trans::No, R, R, T, 1.0f, d_hidden, R, a.f1, R, 1.0f, g.fc2, R);
+  ops_.bias_backward(d_hidden, T, R, R, g.fc2_bias);
+  float* d_f1 = f(T * R);
+  ops_.gemm(Trans::No, Trans::No, T, R, R, 1.0f, d_hidden, R, w.fc2, R, 0.0f, d_f1, R);
+  ops_.gelu_backward(a.f1_pre, d_f1, T * R, d_f1);
+  ops_.gemm(Trans::Yes, Trans::No, R, R, T, 1.0f, d_f1, R, a.rn, R, 1.0f, g.fc1, R);
+  ops_.bias_backward(d_f1, T, R, R, g.fc1_bias);
+  float* d_rn = d_hidden;  // reused: the fc2 gradient is consumed
+  ops_.gemm(Trans::No, Trans::No, T, R, R, 1.0f, d_f1, R, w.fc1, R, 0.0f, d_rn, R);
+  float* d_state = f(T * R);
+  ops_.rmsnorm_backward(a.rh, w.router_norm, a.rn_rstd, d_rn, T, R, d_state, false, g.router_norm);
+  if (d_state_next) ops_.copy_rows(d_state_next, R, T, R, d_state, R, true);
+  if (d_state_prev) {
+    ops_.add_scaled_backward(layers_[size_t(layer - 1)].rh, w.router_states_scale, d_state, T, R, d_state_prev,
+                             g.router_states_scale);
+  }
+  ops_.gemm(Trans::Yes, Trans::No, R, H, T, 1.0f, d_state, R, a.xn2, H, 1.0f, g.router_down, H);
+  ops_.bias_backward(d_state, T, R, R, g.router_down_bias);
+  ops_.gemm(Trans::No, Trans::No, T, H, R, 1.0f, d_state, R, w.router_down, H, 1.0f, d_xn2, H);
+  scratch_.rewind(mark);
+}
+
+}  // namespace zaya

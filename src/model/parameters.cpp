@@ -1,0 +1,115 @@
+#include "model/parameters.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zaya {
+
+std::string_view param_role_name(ParamRole role) {
+  switch (role) {
+    case ParamRole::Embedding: return "embedding";
+    case ParamRole::LmHead: return "lm_head";
+    case ParamRole::LmHeadBias: return "lm_head_bias";
+    case ParamRole::InputScale: return "input_scale";
+    case ParamRole::InputBias: return "input_bias";
+    case ParamRole::Norm: return "norm";
+    case ParamRole::ResidualScale: return "residual_scale";
+    case ParamRole::ResidualBias: return "residual_bias";
+    case ParamRole::AttentionWeight: return "attention_weight";
+    case ParamRole::AttentionBias: return "attention_bias";
+    case ParamRole::ConvWeight: return "conv_weight";
+    case ParamRole::ConvBias: return "conv_bias";
+    case ParamRole::KeyTemperature: return "key_temperature";
+    case ParamRole::RouterWeight: return "router_weight";
+    case ParamRole::RouterBias: return "router_bias";
+    case ParamRole::RouterStatesScale: return "router_states_scale";
+    case ParamRole::ExpertWeight: return "expert_weight";
+    case ParamRole::BalancingBias: return "balancing_bias";
+  }
+  return "?";
+}
+
+ParameterTable::ParameterTable(const ModelDims& d) {
+  using R = ParamRole;
+  const int64_t H = d.hidden, C = d.conv_channels();
+  add("model.embed_tokens.weight", {d.vocab, H}, R::Embedding, -1);
+  for (int i = 0; i < int(d.layers); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string attn = p + "self_attn.", qkv = attn + "qkv_proj.";
+    add(attn + "o_proj.weight", {H, d.q_dim()}, R::AttentionWeight, i);
+    if (d.attention_bias) add(attn + "o_proj.bias", {H}, R::AttentionBias, i);
+    const std::pair<const char*, int64_t> projections[] = {
+        {"q_proj", d.q_dim()}, {"k_proj", d.kv_dim()}, {"v_proj_current", d.kv_dim() / 2},
+        {"v_proj_delayed", d.kv_dim() / 2}};
+    for (const auto& [name, rows] : projections) {
+      add(qkv + name + ".weight", {rows, H}, R::AttentionWeight, i);
+      if (d.attention_bias) add(qkv + name + ".bias", {rows}, R::AttentionBias, i);
+    }
+    add(qkv + "conv_qk_depthwise.weight", {C, 1, d.conv_time0}, R::ConvWeight, i);
+    add(qkv + "conv_qk_depthwise.bias", {C}, R::ConvBias, i);
+    add(qkv + "conv_qk_grouped.weight", {C, d.head_dim, d.conv_time1}, R::ConvWeight, i);
+    add(qkv + "conv_qk_grouped.bias", {C}, R::ConvBias, i);
+    add(attn + "qk_norm.temp", {d.kv_heads}, R::KeyTemperature, i);
+
+    const std::string gate = p + "mlp.gate.";
+    if (i > 0) add(gate + "router_states_scale", {d.router}, R::RouterStatesScale, i);
+    add(gate + "balancing_biases", {d.routes()}, R::BalancingBias, i);
+    add(gate + "down_proj.weight", {d.router, H}, R::RouterWeight, i);
+    add(gate + "down_proj.bias", {d.router}, R::RouterBias, i);
+    add(gate + "router_mlp.norm.weight", {d.router}, R::Norm, i);
+    add(gate + "router_mlp.fc1.weight", {d.router, d.router}, R::RouterWeight, i);
+    add(gate + "router_mlp.fc1.bias", {d.router}, R::RouterBias, i);
+    add(gate + "router_mlp.fc2.weight", {d.router, d.router}, R::RouterWeight, i);
+    add(gate + "router_mlp.fc2.bias", {d.router}, R::RouterBias, i);
+    add(gate + "router_mlp.out_proj.weight", {d.routes(), d.router}, R::RouterWeight, i);
+    add(p + "mlp.experts.gate_up_proj", {d.experts, 2 * d.intermediate, H}, R::ExpertWeight, i);
+    add(p + "mlp.experts.down_proj", {d.experts, H, d.intermediate}, R::ExpertWeight, i);
+
+    add(p + "input_layernorm.weight", {H}, R::Norm, i);
+    add(p + "post_attention_layernorm.weight", {H}, R::Norm, i);
+    for (const char* site : {"post_attention_residual_scale.", "post_mlp_residual_scale."}) {
+      add(p + site + "hidden_states_scale", {H}, R::ResidualScale, i);
+      add(p + site + "hidden_states_bias", {H}, R::ResidualBias, i);
+      add(p + site + "residual_scale", {H}, R::ResidualScale, i);
+      add(p + site + "residual_bias", {H}, R::ResidualBias, i);
+    }
+  }
+  add("model.norm.weight", {H}, R::Norm, -1);
+  add("model.input_hidden_states_scale", {H}, R::InputScale, -1);
+  add("model.input_hidden_states_bias", {H}, R::InputBias, -1);
+  if (!d.tied_embeddings) add("lm_head.weight", {d.vocab, H}, R::LmHead, -1);
+  if (d.lm_head_bias) add("lm_head.bias", {d.vocab}, R::LmHeadBias, -1);
+}
+
+void ParameterTable::add(std::string name, Shape shape, ParamRole role, int layer) {
+  params_.push_back({std::move(name), shape, total_floats_, role, layer});
+  total_floats_ += int64_t(align_up(size_t(shape.numel()), kAlignment / sizeof(float)));
+}
+
+const ParamInfo* ParameterTable::find(std::string_view name) const {
+  for (const ParamInfo& param : params_) {
+    if (param.name == name) return &param;
+  }
+  return nullptr;
+}
+
+const ParamInfo& ParameterTable::at(std::string_view name) const {
+  const ParamInfo* param = find(name);
+  if (!param) throw Error("the model has no parameter of this name").tensor(std::string(name));
+  return *param;
+}
+
+ParameterStore::ParameterStore(const ModelDims& dims)
+    : dims_(dims),
+      table_(dims),
+      values_(size_t(table_.total_floats()) * sizeof(float)),
+      grads_(size_t(table_.total_floats()) * sizeof(float)) {}
+
+TensorView ParameterStore::value_view(const ParamInfo& param) const {
+  return {const_cast<float*>(value(param)), DType::F32, param.shape};
+}
+
+void ParameterStore::zero_grads() { std::memset(grads(), 0, size_t(table_.total_floats()) * sizeof(float)); }
+
+}  // namespace zaya

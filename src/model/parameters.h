@@ -1,0 +1,90 @@
+#pragma once
+// The model's parameters as flat buffers (values and gradients, the same layout) with a table of named
+// views: transformers' names and shapes, in its state_dict order. The optimizer, the all-reduce,
+// checkpointing and export walk this table; nothing walks the layers.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "model/model_dims.h"
+
+namespace zaya {
+
+// What a parameter is, which decides its initialisation and (by default) its optimizer group.
+enum class ParamRole : uint8_t {
+  Embedding,          // model.embed_tokens.weight
+  LmHead,             // lm_head.weight (untied models only)
+  LmHeadBias,         // lm_head.bias
+  InputScale,         // model.input_hidden_states_scale
+  InputBias,          // model.input_hidden_states_bias
+  Norm,               // RMSNorm gains
+  ResidualScale,      // *_residual_scale.*_scale
+  ResidualBias,       // *_residual_scale.*_bias
+  AttentionWeight,    // q_proj, k_proj, v_proj_current, v_proj_delayed, o_proj
+  AttentionBias,      // their biases (attention_bias)
+  ConvWeight,         // conv_qk_depthwise / conv_qk_grouped weights
+  ConvBias,           // and their biases
+  KeyTemperature,     // qk_norm.temp
+  RouterWeight,       // router down_proj, fc1, fc2, out_proj weights
+  RouterBias,         // router down_proj, fc1, fc2 biases
+  RouterStatesScale,  // router_states_scale (depth averaging)
+  ExpertWeight,       // experts.gate_up_proj, experts.down_proj
+  BalancingBias,      // mlp.gate.balancing_biases: a buffer, set by the balancing controller, not by gradients
+};
+
+std::string_view param_role_name(ParamRole role);
+
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // in floats, into the flat buffers; 16-float (64-byte) aligned
+  ParamRole role;
+  int layer = -1;  // -1 outside the decoder layers
+  bool trainable() const { return role != ParamRole::BalancingBias; }
+  int64_t numel() const { return shape.numel(); }
+};
+
+class ParameterTable {
+ public:
+  explicit ParameterTable(const ModelDims& dims);
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo* find(std::string_view name) const;
+  const ParamInfo& at(std::string_view name) const;  // throws Error when absent
+  int64_t total_floats() const { return total_floats_; }
+
+ private:
+  void add(std::string name, Shape shape, ParamRole role, int layer);
+
+  std::vector<ParamInfo> params_;
+  int64_t total_floats_ = 0;
+};
+
+class ParameterStore {
+ public:
+  explicit ParameterStore(const ModelDims& dims);
+
+  const ModelDims& dims() const { return dims_; }
+  const ParameterTable& table() const { return table_; }
+  float* values() { return values_.as<float>(); }
+  const float* values() const { return values_.as<float>(); }
+  float* grads() { return grads_.as<float>(); }
+  const float* grads() const { return grads_.as<float>(); }
+  float* value(const ParamInfo& param) { return values() + param.offset; }
+  const float* value(const ParamInfo& param) const { return values() + param.offset; }
+  float* grad(const ParamInfo& param) { return grads() + param.offset; }
+  const float* grad(const ParamInfo& param) const { return grads() + param.offset; }
+  TensorView value_view(const ParamInfo& param) const;
+  void zero_grads();
+
+ private:
+  ModelDims dims_;
+  ParameterTable table_;
+  AlignedBuffer values_, grads_;
+};
+
+}  // namespace zaya

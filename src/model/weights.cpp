@@ -1,0 +1,72 @@
+#include "model/weights.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace zaya {
+
+ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base) {
+  std::unordered_map<std::string_view, float*> by_name;
+  for (const ParamInfo& param : table.params()) by_name[param.name] = base + param.offset;
+  auto get = [&](const std::string& name) -> float* {
+    const auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+
+  ModelWeights w;
+  w.embed = get("model.embed_tokens.weight");
+  w.input_scale = get("model.input_hidden_states_scale");
+  w.input_bias = get("model.input_hidden_states_bias");
+  w.final_norm = get("model.norm.weight");
+  w.lm_head = dims.tied_embeddings ? w.embed : get("lm_head.weight");
+  w.lm_head_bias = get("lm_head.bias");
+  for (int64_t i = 0; i < dims.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string qkv = p + "self_attn.qkv_proj.", gate = p + "mlp.gate.";
+    LayerWeights l;
+    l.input_norm = get(p + "input_layernorm.weight");
+    l.post_attention_norm = get(p + "post_attention_layernorm.weight");
+    for (auto [site, target] : {std::pair{"post_attention_residual_scale.", &l.attention_residual},
+                                std::pair{"post_mlp_residual_scale.", &l.mlp_residual}}) {
+      target->h_scale = get(p + site + "hidden_states_scale");
+      target->h_bias = get(p + site + "hidden_states_bias");
+      target->r_scale = get(p + site + "residual_scale");
+      target->r_bias = get(p + site + "residual_bias");
+    }
+    l.q_proj = get(qkv + "q_proj.weight");
+    l.k_proj = get(qkv + "k_proj.weight");
+    l.v_current = get(qkv + "v_proj_current.weight");
+    l.v_delayed = get(qkv + "v_proj_delayed.weight");
+    l.o_proj = get(p + "self_attn.o_proj.weight");
+    l.q_bias = get(qkv + "q_proj.bias");
+    l.k_bias = get(qkv + "k_proj.bias");
+    l.v_current_bias = get(qkv + "v_proj_current.bias");
+    l.v_delayed_bias = get(qkv + "v_proj_delayed.bias");
+    l.o_bias = get(p + "self_attn.o_proj.bias");
+    l.conv_dw_weight = get(qkv + "conv_qk_depthwise.weight");
+    l.conv_dw_bias = get(qkv + "conv_qk_depthwise.bias");
+    l.conv_g_weight = get(qkv + "conv_qk_grouped.weight");
+    l.conv_g_bias = get(qkv + "conv_qk_grouped.bias");
+    l.key_temp = get(p + "self_attn.qk_norm.temp");
+    l.router_down = get(gate + "down_proj.weight");
+    l.router_down_bias = get(gate + "down_proj.bias");
+    l.router_states_scale = get(gate + "router_states_scale");
+    l.router_norm = get(gate + "router_mlp.norm.weight");
+    l.fc1 = get(gate + "router_mlp.fc1.weight");
+    l.fc1_bias = get(gate + "router_mlp.fc1.bias");
+    l.fc2 = get(gate + "router_mlp.fc2.weight");
+    l.fc2_bias = get(gate + "router_mlp.fc2.bias");
+    l.router_out = get(gate + "router_mlp.out_proj.weight");
+    l.balancing_biases = get(gate + "balancing_biases");
+    l.gate_up = get(p + "mlp.experts.gate_up_proj");
+    l.down = get(p + "mlp.experts.down_proj");
+    if (!l.input_norm || !l.q_proj || !l.gate_up || !l.router_out) {
+      throw Error(cat("parameter table lacks layer ", i));
+    }
+    w.layers.push_back(l);
+  }
+  return w;
+}
+
+}  // namespace zaya

@@ -1,0 +1,233 @@
+#include "model/zaya_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "model/layer_activations.h"
+
+namespace zaya {
+
+std::vector<int32_t> shifted_labels(const int32_t* input_ids, int64_t batch, int64_t seq) {
+  std::vector<int32_t> labels(size_t(batch * seq), kIgnoreLabel);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s + 1 < seq; ++s) labels[size_t(b * seq + s)] = input_ids[b * seq + s + 1];
+  }
+  return labels;
+}
+
+ZayaModel::ZayaModel(ParameterStore& params, Ops& ops)
+    : params_(params),
+      ops_(ops),
+      dims_(params.dims()),
+      w_(bind_weights(params.table(), dims_, params.values())),
+      g_(bind_weights(params.table(), dims_, params.grads())),
+      layers_(size_t(dims_.layers)) {}
+
+ZayaModel::~ZayaModel() = default;
+
+ForwardResult ZayaModel::forward(const Batch& batch, bool keep_logits) { return run(batch, keep_logits, false, 0); }
+
+ForwardResult ZayaModel::forward_backward(const Batch& batch, float loss_scale, bool keep_logits) {
+  return run(batch, keep_logits, true, loss_scale);
+}
+
+namespace {
+
+void check_batch(const Batch& batch, const ModelDims& dims) {
+  if (batch.batch <= 0 || batch.seq <= 0) throw Error(cat("empty batch [", batch.batch, ", ", batch.seq, "]"));
+  for (int64_t t = 0; t < batch.tokens(); ++t) {
+    if (batch.input_ids[t] < 0 || batch.input_ids[t] >= dims.vocab) {
+      throw Error(cat("token id ", batch.input_ids[t], " at position ", t, " is outside the vocabulary of ",
+                      dims.vocab))
+          .field("input_ids");
+    }
+    if (batch.labels && batch.labels[t] != kIgnoreLabel && (batch.labels[t] < 0 || batch.labels[t] >= dims.vocab)) {
+      throw Error(cat("label ", batch.labels[t], " at position ", t, " is outside the vocabulary of ", dims.vocab))
+          .field("labels");
+    }
+  }
+}
+
+}  // namespace
+
+ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, float loss_scale) {
+  check_batch(batch, dims_);
+  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels(), R = dims_.router;
+  const int64_t S = batch.seq;
+  arena_.reset();
+  scratch_.reset();
+
+  // Activations, in the same order every step so that the arena reuses one block after warm-up.
+  x_embed_ = arena_.alloc<float>(size_t(T * H));
+  expert_choice_ = arena_.alloc<int32_t>(size_t(dims_.layers * T));
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    LayerActivations& a = layers_[size_t(l)];
+    auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
+    a.rstd1 = f(T);
+    a.xn1 = f(T * H);
+    a.qk0 = f(T * C);
+    a.q_res = f(T * dims_.q_dim());
+    a.k_res = f(T * dims_.kv_dim());
+    a.dw = f(batch.batch * (S + dims_.conv_time1 - 1) * C);
+    a.q_pre = f(T * dims_.q_dim());
+    a.k_pre = f(T * dims_.kv_dim());
+    a.q_norms = f(T * dims_.heads);
+    a.k_norms = f(T * dims_.kv_heads);
+    a.q = f(T * dims_.q_dim());
+    a.k = f(T * dims_.kv_dim());
+    a.v = f(T * dims_.kv_dim());
+    a.o = f(T * dims_.q_dim());
+    a.lse = f(batch.batch * dims_.heads * S);
+    a.attn = f(T * H);
+    a.r1 = f(T * H);
+    a.rstd2 = f(T);
+    a.xn2 = f(T * H);
+    a.rh = f(T * R);
+    a.rn_rstd = f(T);
+    a.rn = f(T * R);
+    a.f1_pre = f(T * R);
+    a.f1 = f(T * R);
+    a.f2_pre = f(T * R);
+    a.f2 = f(T * R);
+    a.probs = f(T * dims_.routes());
+    a.choice = expert_choice_ + l * T;
+    a.gate = f(T);
+    a.order = arena_.alloc<int32_t>(size_t(T));
+    a.offsets = arena_.alloc<int64_t>(size_t(dims_.experts + 1));
+    a.gate_up = f(T * 2 * dims_.intermediate);
+    a.act = f(T * dims_.intermediate);
+    a.y = f(T * H);
+    a.moe = f(T * H);
+  }
+  // Each layer writes its output into the next layer's x_in; the last one into x_final_.
+  layers_[0].x_in = x_embed_;
+  for (int64_t l = 1; l < dims_.layers; ++l) layers_[size_t(l)].x_in = arena_.alloc<float>(size_t(T * H));
+  x_final_ = arena_.alloc<float>(size_t(T * H));
+  rstd_final_ = arena_.alloc<float>(size_t(T));
+  xn_final_ = arena_.alloc<float>(size_t(T * H));
+  float* logits = keep_logits ? arena_.alloc<float>(size_t(T * dims_.vocab)) : nullptr;
+  float* d_final = train ? arena_.alloc<float>(size_t(T * H)) : nullptr;
+  rope_tables(batch);
+
+  embed(batch, x_embed_);
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    LayerActivations& a = layers_[size_t(l)];
+    const LayerWeights& w = w_.layers[size_t(l)];
+    float* x_out = l + 1 < dims_.layers ? layers_[size_t(l + 1)].x_in : x_final_;
+    ops_.rmsnorm_forward(a.x_in, w.input_norm, T, H, dims_.rms_eps, a.xn1, a.rstd1);
+    if (batch.attention_mask) ops_.mask_rows(a.xn1, T, H, batch.attention_mask);
+    attention_forward(int(l), batch, a);
+    const ResidualScaleWeights& ra = w.attention_residual;
+    ops_.residual_scale_forward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, T, H, a.r1);
+    ops_.rmsnorm_forward(a.r1, w.post_attention_norm, T, H, dims_.rms_eps, a.xn2, a.rstd2);
+    moe_forward(int(l), batch, a, l > 0 ? layers_[size_t(l - 1)].rh : nullptr);
+    const ResidualScaleWeights& rm = w.mlp_residual;
+    ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, T, H, x_out);
+  }
+  ops_.rmsnorm_forward(x_final_, w_.final_norm, T, H, dims_.rms_eps, xn_final_, rstd_final_);
+
+  ForwardResult result;
+  head(batch, xn_final_, keep_logits, train, loss_scale, result, logits, d_final);
+  result.logits = logits;
+  result.expert_choice = expert_choice_;
+  if (train) backward(batch, d_final);
+  return result;
+}
+
+void ZayaModel::embed(const Batch& batch, float* out) {
+  ops_.embedding_forward(batch.input_ids, batch.tokens(), w_.embed, dims_.hidden, w_.input_bias, w_.input_scale, out);
+}
+
+void ZayaModel::rope_tables(const Batch& batch) {
+  const int64_t S = batch.seq;
+  rope_cos_.assign(size_t(dims_.layers), nullptr);
+  rope_sin_.assign(size_t(dims_.layers), nullptr);
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    const LayerDims& layer = dims_.layer[size_t(l)];
+    const int64_t half = layer.rotary_dim / 2;
+    float* cos = arena_.alloc<float>(size_t(S * half));
+    float* sin = arena_.alloc<float>(size_t(S * half));
+    // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
+    for (int64_t i = 0; i < half; ++i) {
+      const float exponent = float(2 * i) / float(layer.rotary_dim);
+      const float inv_freq = 1.0f / std::pow(float(layer.rope_theta), exponent);
+      for (int64_t s = 0; s < S; ++s) {
+        const float angle = float(s) * inv_freq;
+        cos[s * half + i] = std::cos(angle);
+        sin[s * half + i] = std::sin(angle);
+      }
+    }
+    rope_cos_[size_t(l)] = cos;
+    rope_sin_[size_t(l)] = sin;
+  }
+}
+
+void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
+                     ForwardResult& result, float* logits, float* d_final) {
+  const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
+  // Chunks of about 16M logits bound the scratch whatever the vocabulary.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
+  const Arena::Mark mark = scratch_.mark();
+  float* chunk_logits = keep_logits ? nullptr : scratch_.alloc<float>(size_t(chunk * V));
+  float* chunk_grads = keep_logits && train ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;
+  if (batch.labels) {
+    for (int64_t t = 0; t < T; ++t) result.labelled += batch.labels[t] != kIgnoreLabel;
+  }
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    float* z = keep_logits ? logits + t0 * V : chunk_logits;
+    ops_.gemm(Trans::No, Trans::Yes, n, V, H, 1.0f, final_hidden + t0 * H, H, w_.lm_head, H, 0.0f, z, V);
+    if (w_.lm_head_bias) ops_.add_bias(z, n, V, V, w_.lm_head_bias);
+    if (!batch.labels) continue;
+    float* dz = train ? (keep_logits ? chunk_grads : z) : nullptr;
+    result.loss_sum += ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz);
+    if (!train) continue;
+    ops_.gemm(Trans::No, Trans::No, n, H, V, 1.0f, dz, V, w_.lm_head, H, 0.0f, d_final + t0 * H, H);
+    ops_.gemm(Trans::Yes, Trans::No, V, H, n, 1.0f, dz, V, final_hidden + t0 * H, H, 1.0f, g_.lm_head, H);
+    if (g_.lm_head_bias) ops_.bias_backward(dz, n, V, V, g_.lm_head_bias);
+  }
+  if (train && !batch.labels) ops_.fill(d_final, T * H, 0.0f);
+  scratch_.rewind(mark);
+}
+
+void ZayaModel::backward(const Batch& batch, float* d_final) {
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router;
+  float* d_x = arena_.alloc<float>(size_t(T * H));       // gradient of the residual stream
+  float* d_r1 = arena_.alloc<float>(size_t(T * H));
+  float* d_moe = arena_.alloc<float>(size_t(T * H));
+  float* d_xn = arena_.alloc<float>(size_t(T * H));
+  float* d_attn = arena_.alloc<float>(size_t(T * H));
+  // The router state flows forward through the layers (depth averaging), so its gradient flows back:
+  // d_state_in reaches layer l from layer l + 1, d_state_out leaves layer l for layer l - 1.
+  float* d_state_in = arena_.alloc<float>(size_t(T * R));
+  float* d_state_out = arena_.alloc<float>(size_t(T * R));
+
+  ops_.rmsnorm_backward(x_final_, w_.final_norm, rstd_final_, d_final, T, H, d_x, false, g_.final_norm);
+  bool state_grad = false;  // the last layer's router state feeds no later layer
+  for (int64_t l = dims_.layers - 1; l >= 0; --l) {
+    LayerActivations& a = layers_[size_t(l)];
+    const LayerWeights& w = w_.layers[size_t(l)];
+    LayerWeights& g = g_.layers[size_t(l)];
+    const ResidualScaleWeights& rm = w.mlp_residual;
+    ops_.residual_scale_backward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, d_x, T, H, d_moe, d_r1,
+                                 g.mlp_residual.h_bias, g.mlp_residual.h_scale, g.mlp_residual.r_bias,
+                                 g.mlp_residual.r_scale);
+    moe_backward(int(l), batch, a, d_moe, state_grad ? d_state_in : nullptr, d_xn, l > 0 ? d_state_out : nullptr);
+    std::swap(d_state_in, d_state_out);
+    state_grad = true;
+    ops_.rmsnorm_backward(a.r1, w.post_attention_norm, a.rstd2, d_xn, T, H, d_r1, true, g.post_attention_norm);
+    const ResidualScaleWeights& ra = w.attention_residual;
+    ops_.residual_scale_backward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, d_r1, T, H, d_attn,
+                                 d_x, g.attention_residual.h_bias, g.attention_residual.h_scale,
+                                 g.attention_residual.r_bias, g.attention_residual.r_scale);
+    attention_backward(int(l), batch, a, d_attn, d_xn);
+    if (batch.attention_mask) ops_.mask_rows(d_xn, T, H, batch.attention_mask);
+    ops_.rmsnorm_backward(a.x_in, w.input_norm, a.rstd1, d_xn, T, H, d_x, true, g.input_norm);
+  }
+  ops_.embedding_backward(batch.input_ids, T, w_.embed, H, w_.input_bias, w_.input_scale, d_x, dims_.pad_token_id,
+                          g_.embed, g_.input_bias, g_.input_scale);
+}
+
+}  // namespace zaya

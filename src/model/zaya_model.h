@@ -1,0 +1,84 @@
+#pragma once
+// ZayaForCausalLM on a backend: explicit forward and backward passes over the parameter store, with every
+// activation the backward pass needs kept in an arena sized by the first step (no allocation afterwards).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/parameters.h"
+#include "model/weights.h"
+
+namespace zaya {
+
+class Ops;
+struct LayerActivations;
+
+inline constexpr int32_t kIgnoreLabel = -100;
+
+struct Batch {
+  const int32_t* input_ids = nullptr;       // [batch, seq]
+  const int32_t* labels = nullptr;          // [batch, seq]: the target of each position, or kIgnoreLabel
+  const float* attention_mask = nullptr;    // [batch, seq], 1 keep / 0 padding; null = no padding
+  int64_t batch = 0, seq = 0;
+  int64_t tokens() const { return batch * seq; }
+};
+
+// transformers' convention for labels = input_ids: position s predicts input s + 1; the last predicts nothing.
+std::vector<int32_t> shifted_labels(const int32_t* input_ids, int64_t batch, int64_t seq);
+
+struct ForwardResult {
+  double loss_sum = 0;                        // summed cross-entropy over the labelled positions
+  int64_t labelled = 0;                       // how many positions had a label
+  const float* logits = nullptr;              // [tokens, vocab] when asked for; valid until the next call
+  const int32_t* expert_choice = nullptr;     // [layers, tokens]; experts (= the skip route's index) for skip
+  double mean_loss() const { return labelled ? loss_sum / double(labelled) : 0.0; }
+};
+
+class ZayaModel {
+ public:
+  ZayaModel(ParameterStore& params, Ops& ops);
+  ~ZayaModel();
+
+  // Inference: loss (when labels are given) and optionally the logits.
+  ForwardResult forward(const Batch& batch, bool keep_logits = false);
+  // Training: forward, then backward of loss_scale * loss_sum, accumulated into params().grads().
+  ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
+
+  ParameterStore& params() { return params_; }
+  const Arena& activations() const { return arena_; }
+
+ private:
+  ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
+  void embed(const Batch& batch, float* out);
+  void attention_forward(int layer, const Batch& batch, LayerActivations& a);
+  void attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn, float* d_x);
+  void moe_forward(int layer, const Batch& batch, LayerActivations& a, const float* prev_router_state);
+  // d_state_next: the gradient of this layer's router state from the next layer (null for the last);
+  // d_state_prev receives the gradient of the previous layer's router state (null for layer 0).
+  void moe_backward(int layer, const Batch& batch, LayerActivations& a, const float* d_moe,
+                    const float* d_state_next, float* d_xn2, float* d_state_prev);
+  // The LM head and the loss over chunks of tokens; with train, the head's backward is fused in and the
+  // gradient of the final norm's output lands in d_final.
+  void head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
+            ForwardResult& result, float* logits, float* d_final);
+  void backward(const Batch& batch, float* d_final);
+  void rope_tables(const Batch& batch);
+
+  ParameterStore& params_;
+  Ops& ops_;
+  ModelDims dims_;
+  ModelWeights w_, g_;  // values and gradients
+  Arena arena_;         // activations: reset at the start of each forward
+  Arena scratch_;       // temporaries of one layer's forward or backward: rewound after each
+  std::vector<LayerActivations> layers_;
+  float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
+  float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output
+  float* rstd_final_ = nullptr;
+  float* xn_final_ = nullptr;
+  int32_t* expert_choice_ = nullptr;
+  std::vector<float*> rope_cos_, rope_sin_;  // per layer, [seq, rotary_dim / 2]
+};
+
+}  // namespace zaya

@@ -1,0 +1,368 @@
+// Every backward op of the CPU backend against central finite differences of its forward op. Each check
+// takes L = sum(r * f(x)) with random r, so one scalar carries every output, and compares dL/dx from the
+// backward op with (L(x + h) - L(x - h)) / 2h on every input coordinate (float32; the tolerance is loose
+// enough for rounding and tight enough to catch a wrong sign, a missing term or a wrong index).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/rng.h"
+
+namespace zaya {
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random_vec(size_t n, uint64_t stream, float scale = 1.0f, float offset = 0.0f) {
+  const RandomStream rng(77, RngPurpose::Test, stream);
+  Vec v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = offset + scale * rng.normal(i);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+// Compares `analytic` with finite differences of `loss` with respect to every element of `x`.
+void expect_gradient(const char* what, Vec& x, const Vec& analytic, const std::function<double()>& loss,
+                     double h = 1e-2, double tolerance = 2e-3) {
+  ASSERT_EQ(x.size(), analytic.size()) << what;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float saved = x[i];
+    x[i] = saved + float(h);
+    const double plus = loss();
+    x[i] = saved - float(h);
+    const double minus = loss();
+    x[i] = saved;
+    const double numeric = (plus - minus) / (2 * h);
+    diff += (numeric - analytic[i]) * (numeric - analytic[i]);
+    norm += numeric * numeric;
+  }
+  ASSERT_GT(norm, 0) << what << ": the loss does not depend on this input";
+  EXPECT_LE(std::sqrt(diff / norm), tolerance) << what;
+}
+
+Ops& ops() { return cpu_ops(); }
+
+TEST(OpsGradient, RmsNorm) {
+  const int64_t rows = 5, n = 7;
+  Vec x = random_vec(rows * n, 1), w = random_vec(n, 2, 0.3f, 1.0f), r = random_vec(rows * n, 3);
+  Vec y(rows * n), rstd(rows), dx(rows * n), dw(n, 0.0f);
+  ops().rmsnorm_forward(x.data(), w.data(), rows, n, 1e-5f, y.data(), rstd.data());
+  ops().rmsnorm_backward(x.data(), w.data(), rstd.data(), r.data(), rows, n, dx.data(), false, dw.data());
+  auto loss = [&] {
+    ops().rmsnorm_forward(x.data(), w.data(), rows, n, 1e-5f, y.data(), rstd.data());
+    return dot(y, r);
+  };
+  expect_gradient("x", x, dx, loss);
+  expect_gradient("weight", w, dw, loss);
+  // accumulate adds to what is there.
+  Vec acc(rows * n, 1.0f);
+  ops().rmsnorm_backward(x.data(), w.data(), rstd.data(), r.data(), rows, n, acc.data(), true, dw.data());
+  for (size_t i = 0; i < acc.size(); ++i) EXPECT_NEAR(acc[i], dx[i] + 1.0f, 1e-5);
+}
+
+TEST(OpsGradient, ResidualScale) {
+  const int64_t rows = 4, n = 6;
+  Vec h = random_vec(rows * n, 1), res = random_vec(rows * n, 2), hb = random_vec(n, 3), hs = random_vec(n, 4),
+      rb = random_vec(n, 5), rs = random_vec(n, 6), r = random_vec(rows * n, 7);
+  Vec out(rows * n), dh(rows * n), dr(rows * n), dhb(n, 0.f), dhs(n, 0.f), drb(n, 0.f), drs(n, 0.f);
+  ops().residual_scale_backward(h.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), r.data(), rows, n,
+                                dh.data(), dr.data(), dhb.data(), dhs.data(), drb.data(), drs.data());
+  auto loss = [&] {
+    ops().residual_scale_forward(h.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), rows, n,
+                                 out.data());
+    return dot(out, r);
+  };
+  expect_gradient("h", h, dh, loss);
+  expect_gradient("r", res, dr, loss);
+  expect_gradient("h_bias", hb, dhb, loss);
+  expect_gradient("h_scale", hs, dhs, loss);
+  expect_gradient("r_bias", rb, drb, loss);
+  expect_gradient("r_scale", rs, drs, loss);
+}
+
+TEST(OpsGradient, EmbeddingSkipsThePaddingRow) {
+  const int64_t vocab = 6, hidden = 4, tokens = 7;
+  const std::vector<int32_t> ids = {1, 3, 0, 3, 5, 0, 2};
+  Vec table = random_vec(vocab * hidden, 1), bias = random_vec(hidden, 2), scale = random_vec(hidden, 3),
+      r = random_vec(tokens * hidden, 4), out(tokens * hidden);
+  Vec dtable(vocab * hidden, 0.f), dbias(hidden, 0.f), dscale(hidden, 0.f);
+  ops().embedding_backward(ids.data(), tokens, table.data(), hidden, bias.data(), scale.data(), r.data(), 0,
+                           dtable.data(), dbias.data(), dscale.data());
+  auto loss = [&] {
+    ops().embedding_forward(ids.data(), tokens, table.data(), hidden, bias.data(), scale.data(), out.data());
+    return dot(out, r);
+  };
+  expect_gradient("bias", bias, dbias, loss);
+  expect_gradient("scale", scale, dscale, loss);
+  // nn.Embedding(padding_idx=0): row 0 gets no gradient; every other row gets exactly its share.
+  for (int64_t j = 0; j < hidden; ++j) {
+    EXPECT_EQ(dtable[j], 0.0f);
+    float want = 0;
+    for (int64_t t = 0; t < tokens; ++t) want += ids[t] == 3 ? r[t * hidden + j] * scale[j] : 0.0f;
+    EXPECT_NEAR(dtable[3 * hidden + j], want, 1e-5);
+  }
+}
+
+TEST(OpsGradient, GeluAndSwiglu) {
+  const int64_t rows = 3, n = 5;
+  Vec x = random_vec(rows * n, 1, 2.0f), r = random_vec(rows * n, 2), y(rows * n), dx(rows * n);
+  ops().gelu_backward(x.data(), r.data(), rows * n, dx.data());
+  expect_gradient("gelu", x, dx, [&] {
+    ops().gelu_forward(x.data(), rows * n, y.data());
+    return dot(y, r);
+  });
+
+  Vec gate_up = random_vec(rows * 2 * n, 3, 2.0f), dgu(rows * 2 * n);
+  ops().swiglu_backward(gate_up.data(), r.data(), rows, n, dgu.data());
+  expect_gradient("swiglu", gate_up, dgu, [&] {
+    ops().swiglu_forward(gate_up.data(), rows, n, y.data());
+    return dot(y, r);
+  });
+}
+
+TEST(OpsGradient, AddScaled) {
+  const int64_t rows = 4, n = 3;
+  Vec x = random_vec(rows * n, 1), s = random_vec(n, 2), r = random_vec(rows * n, 3);
+  Vec dx(rows * n), ds(n, 0.f), y(rows * n);
+  ops().add_scaled_backward(x.data(), s.data(), r.data(), rows, n, dx.data(), ds.data());
+  auto loss = [&] {
+    std::fill(y.begin(), y.end(), 0.5f);
+    ops().add_scaled(x.data(), s.data(), rows, n, y.data());
+    return dot(y, r);
+  };
+  expect_gradient("x", x, dx, loss);
+  expect_gradient("scale", s, ds, loss);
+}
+
+TEST(OpsGradient, QkMean) {
+  const AttentionShape shape{1, 3, 4, 2, 3, 0};
+  const int64_t tokens = 3, ld = (4 + 2) * 3 + 2;  // a wider row stride than needed
+  Vec qk = random_vec(tokens * ld, 1), rq = random_vec(tokens * 12, 2), rk = random_vec(tokens * 6, 3);
+  Vec q_res(tokens * 12), k_res(tokens * 6), dqk(tokens * ld, 0.f);
+  ops().qk_mean_backward(rq.data(), rk.data(), tokens, ld, shape, dqk.data());
+  expect_gradient("qk", qk, dqk, [&] {
+    ops().qk_mean_forward(qk.data(), tokens, ld, shape, q_res.data(), k_res.data());
+    return dot(q_res, rq) + dot(k_res, rk);
+  }, 1e-2, 1e-3);
+}
+
+TEST(OpsGradient, CcaConvolutions) {
+  for (auto [k0, k1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {2, 3}, {1, 1}}) {
+    const AttentionShape shape{2, 5, 2, 1, 3, 0};
+    const int64_t C = 9, B = 2, S = 5, dw_len = S + k1 - 1;
+    Vec x = random_vec(B * S * C, 1), dw_w = random_vec(C * k0, 2), dw_b = random_vec(C, 3),
+        g_w = random_vec(C * 3 * k1, 4), g_b = random_vec(C, 5), r = random_vec(B * S * C, 6);
+    Vec dw(B * dw_len * C), out(B * S * C), scratch(size_t(ops().cca_conv_scratch(shape, k0, k1)));
+    Vec dx(B * S * C), d_dw_w(C * k0, 0.f), d_dw_b(C, 0.f), d_g_w(C * 3 * k1, 0.f), d_g_b(C, 0.f);
+    auto loss = [&] {
+      ops().cca_conv_forward(x.data(), shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
+                             out.data(), scratch.data());
+      return dot(out, r);
+    };
+    loss();
+    ops().cca_conv_backward(x.data(), dw.data(), r.data(), shape, k0, k1, dw_w.data(), g_w.data(), dx.data(),
+                            d_dw_w.data(), d_dw_b.data(), d_g_w.data(), d_g_b.data(), scratch.data());
+    SCOPED_TRACE(testing::Message() << "k0 " << k0 << " k1 " << k1);
+    expect_gradient("x", x, dx, loss);
+    expect_gradient("depthwise weight", dw_w, d_dw_w, loss);
+    expect_gradient("depthwise bias", dw_b, d_dw_b, loss);
+    expect_gradient("grouped weight", g_w, d_g_w, loss);
+    expect_gradient("grouped bias", g_b, d_g_b, loss);
+  }
+}
+
+TEST(OpsGradient, CcaConvolutionIsCausal) {
+  const AttentionShape shape{1, 6, 1, 1, 2, 0};
+  const int64_t C = 4;
+  Vec x = random_vec(6 * C, 1), dw_w = random_vec(C * 2, 2), dw_b = random_vec(C, 3), g_w = random_vec(C * 2 * 2, 4),
+      g_b = random_vec(C, 5), dw(7 * C), out(6 * C), out2(6 * C), scratch(size_t(ops().cca_conv_scratch(shape, 2, 2)));
+  ops().cca_conv_forward(x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
+                         out.data(), scratch.data());
+  for (int64_t c = 0; c < C; ++c) x[4 * C + c] += 3.0f;  // change position 4
+  ops().cca_conv_forward(x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
+                         out2.data(), scratch.data());
+  for (int64_t i = 0; i < 4 * C; ++i) EXPECT_EQ(out[i], out2[i]) << "position " << i / C << " saw the future";
+  EXPECT_NE(out[4 * C], out2[4 * C]);
+}
+
+TEST(OpsGradient, L2NormWithTemperature) {
+  const int64_t rows = 3, heads = 2, d = 4;
+  Vec x = random_vec(rows * heads * d, 1), temp = random_vec(heads, 2, 0.3f, 1.0f), r = random_vec(rows * heads * d, 3);
+  Vec out(rows * heads * d), norms(rows * heads), dx(rows * heads * d), dtemp(heads, 0.f);
+  auto loss = [&] {
+    ops().l2norm_forward(x.data(), rows, heads, d, temp.data(), out.data(), norms.data());
+    return dot(out, r);
+  };
+  loss();
+  ops().l2norm_backward(x.data(), norms.data(), r.data(), rows, heads, d, temp.data(), dx.data(), dtemp.data());
+  expect_gradient("x", x, dx, loss, 1e-3, 5e-3);
+  expect_gradient("temp", temp, dtemp, loss);
+  // Without temperature every head comes out with norm sqrt(d).
+  ops().l2norm_forward(x.data(), rows, heads, d, nullptr, out.data(), norms.data());
+  for (int64_t i = 0; i < rows * heads; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < d; ++j) sum += out[i * d + j] * out[i * d + j];
+    EXPECT_NEAR(std::sqrt(sum), 2.0, 1e-5);
+  }
+}
+
+TEST(OpsGradient, RopeInverseIsTheTranspose) {
+  const int64_t batch = 2, seq = 3, heads = 2, d = 6, rot = 4;
+  Vec cos(seq * rot / 2), sin(seq * rot / 2);
+  for (int64_t s = 0; s < seq; ++s) {
+    for (int64_t i = 0; i < rot / 2; ++i) {
+      cos[s * rot / 2 + i] = std::cos(0.7f * float(s * (i + 1)));
+      sin[s * rot / 2 + i] = std::sin(0.7f * float(s * (i + 1)));
+    }
+  }
+  Vec x = random_vec(batch * seq * heads * d, 1), y = random_vec(batch * seq * heads * d, 2);
+  Vec rx = x, ty = y;
+  ops().rope(rx.data(), batch, seq, heads, d, rot, cos.data(), sin.data(), false);
+  ops().rope(ty.data(), batch, seq, heads, d, rot, cos.data(), sin.data(), true);
+  EXPECT_NEAR(dot(rx, y), dot(x, ty), 1e-4);  // <R x, y> = <x, R^T y>
+  ops().rope(rx.data(), batch, seq, heads, d, rot, cos.data(), sin.data(), true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(rx[i], x[i], 1e-5);  // and R^T R = I
+  for (int64_t h = 0; h < heads; ++h) {  // channels past rotary_dim pass through
+    EXPECT_EQ(ty[((1 * seq + 2) * heads + h) * d + 5], y[((1 * seq + 2) * heads + h) * d + 5]);
+  }
+}
+
+TEST(OpsGradient, AttentionWithWindowsAndPadding) {
+  for (int64_t window : {0, 3}) {
+    const AttentionShape shape{2, 7, 4, 2, 5, window};
+    const int64_t qn = 2 * 7 * 4 * 5, kn = 2 * 7 * 2 * 5;
+    Vec q = random_vec(qn, 1), k = random_vec(kn, 2), v = random_vec(kn, 3), r = random_vec(qn, 4);
+    Vec mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0};
+    Vec o(qn), lse(2 * 4 * 7), dq(qn), dk(kn), dv(kn);
+    auto loss = [&] {
+      ops().attention_forward(q.data(), k.data(), v.data(), mask.data(), shape, 0.4f, o.data(), lse.data());
+      return dot(o, r);
+    };
+    loss();
+    ops().attention_backward(q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), r.data(), shape, 0.4f,
+                             dq.data(), dk.data(), dv.data());
+    SCOPED_TRACE(testing::Message() << "window " << window);
+    expect_gradient("q", q, dq, loss);
+    expect_gradient("k", k, dk, loss);
+    expect_gradient("v", v, dv, loss);
+  }
+}
+
+// Attention against a direct evaluation of its definition, including a query row that sees no key.
+TEST(OpsGradient, AttentionMatchesTheDefinition) {
+  const int64_t S = 6, H = 2, KV = 1, D = 3, window = 2;
+  const AttentionShape shape{1, S, H, KV, D, window};
+  Vec q = random_vec(S * H * D, 1), k = random_vec(S * KV * D, 2), v = random_vec(S * KV * D, 3);
+  Vec mask = {1, 1, 1, 0, 0, 1};  // position 4 sees keys 3 and 4: both padded
+  Vec o(S * H * D), lse(H * S);
+  ops().attention_forward(q.data(), k.data(), v.data(), mask.data(), shape, 0.5f, o.data(), lse.data());
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < S; ++i) {
+      std::vector<double> weights(S, 0.0);
+      double total = 0;
+      for (int64_t j = std::max<int64_t>(0, i - window + 1); j <= i; ++j) {
+        if (mask[j] == 0) continue;
+        double score = 0;
+        for (int64_t c = 0; c < D; ++c) score += 0.5 * q[(i * H + h) * D + c] * k[j * D + c];
+        weights[j] = std::exp(score);
+        total += weights[j];
+      }
+      for (int64_t c = 0; c < D; ++c) {
+        double want = 0;
+        for (int64_t j = 0; j < S; ++j) want += total > 0 ? weights[j] / total * v[j * D + c] : 0.0;
+        EXPECT_NEAR(o[(i * H + h) * D + c], want, 1e-5) << "head " << h << " query " << i;
+      }
+    }
+  }
+}
+
+TEST(OpsGradient, RouteTop1ThroughTheGate) {
+  const int64_t tokens = 6, routes = 4;
+  Vec logits = random_vec(tokens * routes, 1, 2.0f), biases = {0.0f, 0.1f, -0.05f, 0.02f}, r = random_vec(tokens, 2);
+  Vec probs(tokens * routes), gate(tokens), dlogits(tokens * routes);
+  std::vector<int32_t> choice(tokens), first_choice(tokens);
+  ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), first_choice.data(), gate.data());
+  ops().route_top1_backward(probs.data(), first_choice.data(), r.data(), tokens, routes, dlogits.data());
+  expect_gradient("logits", logits, dlogits, [&] {
+    ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(), gate.data());
+    EXPECT_EQ(choice, first_choice) << "a finite-difference step flipped a choice";
+    return dot(gate, r);
+  }, 1e-3, 5e-3);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (first_choice[t] == routes - 1) {
+      EXPECT_EQ(gate[t], 0.0f);  // the skip route carries no gate
+    }
+  }
+}
+
+TEST(OpsGradient, GatherScatterAndDotAreAdjoint) {
+  const int64_t tokens = 5, n = 3;
+  const std::vector<int32_t> order = {3, 0, 4};
+  Vec src = random_vec(tokens * n, 1), scale = random_vec(tokens, 2), small = random_vec(3 * n, 3);
+  Vec gathered(3 * n), scattered(tokens * n, 0.f), dots(3);
+  ops().gather_rows(src.data(), order.data(), scale.data(), 3, n, gathered.data());
+  ops().scatter_rows(small.data(), order.data(), scale.data(), 3, n, false, scattered.data());
+  EXPECT_NEAR(dot(gathered, small), dot(src, scattered), 1e-5);  // <G x, y> = <x, G^T y>
+  ops().gather_dot(src.data(), order.data(), small.data(), 3, n, dots.data());
+  for (int64_t i = 0; i < 3; ++i) {
+    double want = 0;
+    for (int64_t j = 0; j < n; ++j) want += src[order[i] * n + j] * small[i * n + j];
+    EXPECT_NEAR(dots[i], want, 1e-5);
+  }
+}
+
+TEST(OpsGradient, DelayIsAShiftWithItsAdjoint) {
+  const int64_t batch = 2, seq = 4, n = 3, ld = 5;
+  Vec src = random_vec(batch * seq * n, 1), first = random_vec(n, 2), dst(batch * seq * ld, 0.f);
+  ops().delay_forward(src.data(), first.data(), batch, seq, n, dst.data(), ld);
+  EXPECT_EQ(dst[(1 * seq + 0) * ld + 2], first[2]);
+  EXPECT_EQ(dst[(1 * seq + 3) * ld + 1], src[(1 * seq + 2) * n + 1]);
+  Vec up = random_vec(batch * seq * ld, 3), dsrc(batch * seq * n), dfirst(n, 0.f);
+  ops().delay_backward(up.data(), ld, batch, seq, n, dsrc.data(), dfirst.data());
+  double lhs = 0;
+  for (int64_t t = 0; t < batch * seq; ++t) {
+    for (int64_t j = 0; j < n; ++j) lhs += double(dst[t * ld + j]) * up[t * ld + j];
+  }
+  EXPECT_NEAR(lhs, dot(src, dsrc) + dot(first, dfirst), 1e-4);
+}
+
+TEST(OpsGradient, CrossEntropy) {
+  const int64_t rows = 4, vocab = 6;
+  Vec logits = random_vec(rows * vocab, 1, 2.0f), dlogits(rows * vocab);
+  const std::vector<int32_t> labels = {2, -100, 5, 0};
+  const double total = ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.5f, dlogits.data());
+  double want = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] < 0) continue;
+    double sum = 0;
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(logits[r * vocab + j]));
+    want += std::log(sum) - logits[r * vocab + labels[r]];
+  }
+  EXPECT_NEAR(total, want, 1e-5);
+  for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(dlogits[1 * vocab + j], 0.0f);  // the ignored row
+  expect_gradient("logits", logits, dlogits, [&] {
+    return 0.5 * ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.0f, nullptr);
+  });
+}
+
+TEST(OpsGradient, GroupByExpertIsAStableCountingSort) {
+  const std::vector<int32_t> choice = {2, 0, 3, 2, 1, 0, 3, 2};  // 3 = skip with 3 experts
+  std::vector<int32_t> order(choice.size());
+  std::vector<int64_t> offsets(4);
+  ops().group_by_expert(choice.data(), int64_t(choice.size()), 3, order.data(), offsets.data());
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 3, 6}));
+  EXPECT_EQ(std::vector<int32_t>(order.begin(), order.begin() + 6), (std::vector<int32_t>{1, 5, 4, 0, 3, 7}));
+}
+
+}  // namespace
+}  // namespace zaya
