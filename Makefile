@@ -35,7 +35,7 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
-	@scripts/demo.sh $(BUILD)/zaya
+	@scripts/demo.sh $(BUILD)/src/zaya
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -27,8 +27,9 @@ class Ops {
 
   // ---- matrix products -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) @ op(B) + beta * C; op(A) is [m,k], op(B) is [k,n].
-  virtual void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  virtual void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) = 0;
   // y[rows, n] += bias[n] for every row (ldy = row stride of y).
   virtual void add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) = 0;
   // dbias[n] += sum over rows of dy[rows, n].
@@ -46,20 +47,20 @@ class Ops {
 
   // ---- normalisation and residual scaling ------------------------------------------------------
   // y = weight * x / sqrt(mean(x^2) + eps) over rows of n; rstd[rows] saved for backward.
-  virtual void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y,
-                               float* rstd) = 0;
+  virtual void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                               float* y, float* rstd) = 0;
   // dx = (accumulate ? dx : 0) + d/dx; dweight accumulates.
-  virtual void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy, int64_t rows,
-                                int64_t n, float* dx, bool accumulate, float* dweight) = 0;
+  virtual void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                                int64_t rows, int64_t n, float* dx, bool accumulate, float* dweight) = 0;
   // out = (h + h_bias) * h_scale + (r + r_bias) * r_scale; out may alias r.
-  virtual void residual_scale_forward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                                      const float* r_bias, const float* r_scale, int64_t rows, int64_t n,
-                                      float* out) = 0;
+  virtual void residual_scale_forward(const float* h, const float* r, const float* h_bias,
+                                      const float* h_scale, const float* r_bias, const float* r_scale,
+                                      int64_t rows, int64_t n, float* out) = 0;
   // dh, dr overwritten; the four parameter gradients accumulate. dr may alias dout.
-  virtual void residual_scale_backward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                                       const float* r_bias, const float* r_scale, const float* dout, int64_t rows,
-                                       int64_t n, float* dh, float* dr, float* dh_bias, float* dh_scale,
-                                       float* dr_bias, float* dr_scale) = 0;
+  virtual void residual_scale_backward(const float* h, const float* r, const float* h_bias,
+                                       const float* h_scale, const float* r_bias, const float* r_scale,
+                                       const float* dout, int64_t rows, int64_t n, float* dh, float* dr,
+                                       float* dh_bias, float* dh_scale, float* dr_bias, float* dr_scale) = 0;
 
   // ---- elementwise --------------------------------------------------------------------------------
   // y = gelu(x) (exact, erf form); x and y [rows, n].
@@ -71,26 +72,27 @@ class Ops {
   // x[rows, n] *= mask[rows] (0 or 1).
   virtual void mask_rows(float* x, int64_t rows, int64_t n, const float* mask) = 0;
   // dst[rows, n] (+)= src[rows, n], with row strides.
-  virtual void copy_rows(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst, int64_t ld_dst,
-                         bool accumulate) = 0;
+  virtual void copy_rows(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst,
+                         int64_t ld_dst, bool accumulate) = 0;
   // The one-position delay of the CCA values: dst[b, s] = src[b, s - 1] for s > 0 and dst[b, 0] = first
-  // (the delayed projection of a zero vector: its bias, or zeros). src [batch, seq, n]; dst row stride ld_dst.
-  virtual void delay_forward(const float* src, const float* first, int64_t batch, int64_t seq, int64_t n, float* dst,
-                             int64_t ld_dst) = 0;
+  // (the delayed projection of a zero vector: its bias, or zeros). src [batch, seq, n]; dst row stride
+  // ld_dst.
+  virtual void delay_forward(const float* src, const float* first, int64_t batch, int64_t seq, int64_t n,
+                             float* dst, int64_t ld_dst) = 0;
   // dsrc[b, s] = ddst[b, s + 1], 0 at the last position; dfirst (if given) accumulates ddst[b, 0].
-  virtual void delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n, float* dsrc,
-                              float* dfirst) = 0;
+  virtual void delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n,
+                              float* dsrc, float* dfirst) = 0;
   // y[rows, n] += x[rows, n] * scale[n]  (the router's depth averaging).
   virtual void add_scaled(const float* x, const float* scale, int64_t rows, int64_t n, float* y) = 0;
   // dscale[n] += sum_rows dy * x; dx = dy * scale (dx overwritten).
-  virtual void add_scaled_backward(const float* x, const float* scale, const float* dy, int64_t rows, int64_t n,
-                                   float* dx, float* dscale) = 0;
+  virtual void add_scaled_backward(const float* x, const float* scale, const float* dy, int64_t rows,
+                                   int64_t n, float* dx, float* dscale) = 0;
 
   // ---- CCA attention ------------------------------------------------------------------------------
   // The q-k mean skip. qk [tokens, ld] holds q (heads * head_dim) then k (kv_heads * head_dim) per row.
   // q_res[h] = (q[h] + k[h / groups]) / 2, k_res[g] = mean of q_res over the heads of group g.
-  virtual void qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape, float* q_res,
-                               float* k_res) = 0;
+  virtual void qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape,
+                               float* q_res, float* k_res) = 0;
   // dqk (same layout as qk) accumulates.
   virtual void qk_mean_backward(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
                                 const AttentionShape& shape, float* dqk) = 0;
@@ -103,18 +105,19 @@ class Ops {
                                 const float* dw_weight, const float* dw_bias, const float* g_weight,
                                 const float* g_bias, float* dw, float* out, float* scratch) = 0;
   // dx overwritten; the four parameter gradients accumulate.
-  virtual void cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
-                                 int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
-                                 float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
-                                 float* scratch) = 0;
+  virtual void cca_conv_backward(const float* x, const float* dw, const float* dout,
+                                 const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
+                                 const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
+                                 float* d_g_weight, float* d_g_bias, float* scratch) = 0;
   virtual int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) = 0;
   // out = x * sqrt(head_dim) / max(|x|, eps) per head, times temp[head] when temp is given; x [rows, heads,
   // head_dim]; norms [rows, heads] saved for backward.
-  virtual void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp,
-                              float* out, float* norms) = 0;
+  virtual void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                              const float* temp, float* out, float* norms) = 0;
   // dx overwritten; dtemp accumulates (when temp is given).
-  virtual void l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows, int64_t heads,
-                               int64_t head_dim, const float* temp, float* dx, float* dtemp) = 0;
+  virtual void l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows,
+                               int64_t heads, int64_t head_dim, const float* temp, float* dx,
+                               float* dtemp) = 0;
   // In place, NeoX layout on the first rotary_dim channels of each head; cos/sin [seq, rotary_dim / 2].
   // inverse = true applies the transpose rotation (the backward pass).
   virtual void rope(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t rotary_dim,
@@ -126,27 +129,28 @@ class Ops {
                                  const AttentionShape& shape, float scale, float* o, float* lse) = 0;
   // dq, dk, dv overwritten.
   virtual void attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
-                                  const float* o, const float* lse, const float* dout, const AttentionShape& shape,
-                                  float scale, float* dq, float* dk, float* dv) = 0;
+                                  const float* o, const float* lse, const float* dout,
+                                  const AttentionShape& shape, float scale, float* dq, float* dk,
+                                  float* dv) = 0;
 
   // ---- router and experts ----------------------------------------------------------------------
   // probs = softmax(logits) over routes (= experts + 1, the last is the skip route); choice = argmax of
   // probs + biases (first on ties); gate = probs[choice], or 0 when the choice is the skip route.
-  virtual void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
-                          int32_t* choice, float* gate) = 0;
+  virtual void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes,
+                          float* probs, int32_t* choice, float* gate) = 0;
   // dlogits overwritten from dgate through the softmax (zero for skip-routed tokens).
-  virtual void route_top1_backward(const float* probs, const int32_t* choice, const float* dgate, int64_t tokens,
-                                   int64_t routes, float* dlogits) = 0;
+  virtual void route_top1_backward(const float* probs, const int32_t* choice, const float* dgate,
+                                   int64_t tokens, int64_t routes, float* dlogits) = 0;
   // A stable grouping of tokens by expert: order[offsets[e] .. offsets[e + 1]) are expert e's tokens in
   // increasing order; skip-routed tokens (choice == experts) are left out. offsets has experts + 1 entries.
   virtual void group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
                                int64_t* offsets) = 0;
   // dst[i] = src[order[i]] * (scale ? scale[order[i]] : 1) for i < count; rows of n.
-  virtual void gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                           float* dst) = 0;
+  virtual void gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count,
+                           int64_t n, float* dst) = 0;
   // dst[order[i]] (+)= src[i] * (scale ? scale[order[i]] : 1) for i < count.
-  virtual void scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                            bool accumulate, float* dst) = 0;
+  virtual void scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count,
+                            int64_t n, bool accumulate, float* dst) = 0;
   // out[i] = dot(a[order[i]], b[i]) for i < count (the gate gradient of each routed token).
   virtual void gather_dot(const float* a, const int32_t* order, const float* b, int64_t count, int64_t n,
                           float* out) = 0;

@@ -8,7 +8,10 @@ class App;
 
 namespace zaya::cli {
 
+void add_bench_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_init_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 
 }  // namespace zaya::cli

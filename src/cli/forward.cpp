@@ -23,11 +23,13 @@ struct ForwardArgs {
 // input_ids or attention_mask as int32, from I32 or I64 [batch, seq].
 std::vector<int32_t> read_ids(const SafetensorsFile& file, const SafetensorsEntry& entry, const Shape& want) {
   if (entry.dtype != DType::I32 && entry.dtype != DType::I64) {
-    throw Error("expected int32 or int64, got " + std::string(dtype_name(entry.dtype))).file(file.path()).tensor(entry.name);
+    throw Error("expected int32 or int64, got " + std::string(dtype_name(entry.dtype)))
+        .file(file.path())
+        .tensor(entry.name);
   }
   if (entry.shape.rank() != 2 || (want.rank() == 2 && !(entry.shape == want))) {
-    throw Error("expected shape [batch, seq]" + (want.rank() ? " = " + want.to_string() : std::string()) + ", got " +
-                entry.shape.to_string())
+    throw Error("expected shape [batch, seq]" + (want.rank() ? " = " + want.to_string() : std::string()) +
+                ", got " + entry.shape.to_string())
         .file(file.path())
         .tensor(entry.name);
   }
@@ -37,7 +39,8 @@ std::vector<int32_t> read_ids(const SafetensorsFile& file, const SafetensorsEntr
     if (entry.dtype == DType::I64) {
       int64_t value;
       std::memcpy(&value, bytes + 8 * i, 8);
-      if (value < INT32_MIN || value > INT32_MAX) throw Error(cat("value ", value, " out of range")).file(file.path()).tensor(entry.name);
+      if (value < INT32_MIN || value > INT32_MAX)
+        throw Error(cat("value ", value, " out of range")).file(file.path()).tensor(entry.name);
       out[i] = int32_t(value);
     } else {
       std::memcpy(&out[i], bytes + 4 * i, 4);
@@ -56,7 +59,8 @@ void run_forward(const ForwardArgs& args) {
   std::vector<float> mask;
   if (const SafetensorsEntry* mask_entry = input.find("attention_mask")) {
     for (int32_t value : read_ids(input, *mask_entry, ids_entry->shape)) {
-      if (value != 0 && value != 1) throw Error("values must be 0 or 1").file(args.input).tensor("attention_mask");
+      if (value != 0 && value != 1)
+        throw Error("values must be 0 or 1").file(args.input).tensor("attention_mask");
       mask.push_back(float(value));
     }
   }
@@ -77,23 +81,28 @@ void run_forward(const ForwardArgs& args) {
   SafetensorsWriter writer;
   writer.add("logits", {const_cast<float*>(result.logits), DType::F32, {batch, seq, dims.vocab}});
   writer.add("loss", {&loss, DType::F32, {}});
-  writer.add("expert_choice", {const_cast<int32_t*>(result.expert_choice), DType::I32, {dims.layers, batch, seq}});
+  writer.add("expert_choice",
+             {const_cast<int32_t*>(result.expert_choice), DType::I32, {dims.layers, batch, seq}});
   if (args.grads) {
     for (const ParamInfo& param : loaded.params->table().params()) {
-      if (param.trainable()) writer.add("grad." + param.name, {loaded.params->grad(param), DType::F32, param.shape});
+      if (param.trainable())
+        writer.add("grad." + param.name, {loaded.params->grad(param), DType::F32, param.shape});
     }
   }
   writer.write(args.output);
-  std::printf("loss %.6f over %lld positions; wrote %s\n", loss, (long long)result.labelled, args.output.c_str());
+  std::printf("loss %.6f over %lld positions; wrote %s\n", loss, (long long)result.labelled,
+              args.output.c_str());
 }
 
 }  // namespace
 
 void add_forward_command(CLI::App& app) {
   auto args = std::make_shared<ForwardArgs>();
-  CLI::App* command = app.add_subcommand("forward", "run a model on a batch: logits, loss, expert choices, gradients");
+  CLI::App* command =
+      app.add_subcommand("forward", "run a model on a batch: logits, loss, expert choices, gradients");
   command->add_option("--model", args->model, "model directory (config.json + safetensors)")->required();
-  command->add_option("--input", args->input, "safetensors with input_ids [B,S] and optionally attention_mask")
+  command
+      ->add_option("--input", args->input, "safetensors with input_ids [B,S] and optionally attention_mask")
       ->required();
   command->add_option("--output", args->output, "safetensors to write")->required();
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");

@@ -23,14 +23,15 @@ void inspect(const std::string& path) {
   if (!fs::is_directory(path)) {
     const SafetensorsFile file(path);
     std::printf("%s: %zu tensors\n", path.c_str(), file.entries().size());
-    for (const auto& [key, value] : file.metadata()) std::printf("  metadata %s = %s\n", key.c_str(), value.c_str());
+    for (const auto& [key, value] : file.metadata())
+      std::printf("  metadata %s = %s\n", key.c_str(), value.c_str());
     for (const SafetensorsEntry& entry : file.entries()) print_tensor(entry);
     return;
   }
   const ZayaConfig config = load_config((fs::path(path) / "config.json").string());
   std::printf("%s: zaya, %lld layers, hidden %lld, %lld experts, vocab %lld\n", path.c_str(),
-              (long long)config.num_hidden_layers, (long long)config.hidden_size, (long long)config.num_experts,
-              (long long)config.vocab_size);
+              (long long)config.num_hidden_layers, (long long)config.hidden_size,
+              (long long)config.num_experts, (long long)config.vocab_size);
   const WeightSet weights(path);
   for (const std::string& name : weights.names()) print_tensor(*weights.find(name).entry);
 }
@@ -39,7 +40,8 @@ void inspect(const std::string& path) {
 
 void add_inspect_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  CLI::App* command = app.add_subcommand("inspect", "list the tensors of a safetensors file or model directory");
+  CLI::App* command =
+      app.add_subcommand("inspect", "list the tensors of a safetensors file or model directory");
   command->add_option("path", *path, "a .safetensors file or a model directory")->required();
   command->callback([path] { inspect(*path); });
 }

@@ -20,7 +20,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.parse_complete_callback([&] { zaya::set_num_threads(threads); });
 
+  zaya::cli::add_bench_command(app);
   zaya::cli::add_forward_command(app);
+  zaya::cli::add_info_command(app);
+  zaya::cli::add_init_command(app);
   zaya::cli::add_inspect_command(app);
 
   try {

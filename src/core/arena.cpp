@@ -35,7 +35,9 @@ void Arena::rewind(const Mark& mark) {
 }
 
 void Arena::reset() {
-  if (blocks_.size() > 1) {
+  // One block of the high-water size serves every later step; rewinds may have dropped the blocks that
+  // held the peak, so the fold is decided on capacity, not on the block count.
+  if (blocks_.size() > 1 || capacity() < high_water_) {
     blocks_.clear();
     add_block(high_water_);
   }

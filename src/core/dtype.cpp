@@ -31,13 +31,21 @@ constexpr std::array<DTypeInfo, 15> kInfo = {{
     {DType::F8E5M2, "F8_E5M2", 1, true},
 }};
 
-const DTypeInfo& info(DType dtype) { return kInfo[static_cast<size_t>(dtype)]; }
+const DTypeInfo& info(DType dtype) {
+  return kInfo[static_cast<size_t>(dtype)];
+}
 
 }  // namespace
 
-size_t dtype_size(DType dtype) { return info(dtype).size; }
-std::string_view dtype_name(DType dtype) { return info(dtype).name; }
-bool dtype_is_float(DType dtype) { return info(dtype).is_float; }
+size_t dtype_size(DType dtype) {
+  return info(dtype).size;
+}
+std::string_view dtype_name(DType dtype) {
+  return info(dtype).name;
+}
+bool dtype_is_float(DType dtype) {
+  return info(dtype).is_float;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const DTypeInfo& entry : kInfo) {

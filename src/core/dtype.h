@@ -10,7 +10,23 @@
 
 namespace zaya {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I8, U8, I16, U16, I32, U32, I64, U64, Bool, F8E4M3, F8E5M2 };
+enum class DType : uint8_t {
+  F32,
+  BF16,
+  F16,
+  F64,
+  I8,
+  U8,
+  I16,
+  U16,
+  I32,
+  U32,
+  I64,
+  U64,
+  Bool,
+  F8E4M3,
+  F8E5M2
+};
 
 size_t dtype_size(DType dtype);
 // The safetensors spelling: "F32", "BF16", "I64", ...

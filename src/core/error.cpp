@@ -2,7 +2,9 @@
 
 namespace zaya {
 
-Error::Error(std::string message) : std::runtime_error(""), message_(std::move(message)) { compose(); }
+Error::Error(std::string message) : std::runtime_error(""), message_(std::move(message)) {
+  compose();
+}
 
 Error& Error::file(std::string path) {
   file_ = std::move(path);

@@ -12,7 +12,8 @@ constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 void philox_round(std::array<uint32_t, 4>& ctr, const std::array<uint32_t, 2>& key) {
   const uint64_t p0 = uint64_t(kMul0) * ctr[0];
   const uint64_t p1 = uint64_t(kMul1) * ctr[2];
-  ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1], uint32_t(p0)};
+  ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
+         uint32_t(p0)};
 }
 
 }  // namespace
@@ -33,13 +34,17 @@ RandomStream::RandomStream(uint64_t seed, RngPurpose purpose, uint64_t substream
       stream_((uint64_t(static_cast<uint32_t>(purpose)) << 40) ^ substream) {}
 
 std::array<uint32_t, 4> RandomStream::block(uint64_t block_index) const {
-  return philox4x32({uint32_t(block_index), uint32_t(block_index >> 32), uint32_t(stream_), uint32_t(stream_ >> 32)},
-                    key_);
+  return philox4x32(
+      {uint32_t(block_index), uint32_t(block_index >> 32), uint32_t(stream_), uint32_t(stream_ >> 32)}, key_);
 }
 
-uint32_t RandomStream::bits(uint64_t index) const { return block(index / 4)[index % 4]; }
+uint32_t RandomStream::bits(uint64_t index) const {
+  return block(index / 4)[index % 4];
+}
 
-float RandomStream::uniform(uint64_t index) const { return float(bits(index) >> 8) * 0x1.0p-24f; }
+float RandomStream::uniform(uint64_t index) const {
+  return float(bits(index) >> 8) * 0x1.0p-24f;
+}
 
 double RandomStream::uniform_double(uint64_t index) const {
   const auto words = block(index / 2);

@@ -26,7 +26,8 @@ class FieldReader {
     if (auto value = take(key)) out = as_integer(key, *value);
   }
   void optional_integer(const char* key, std::optional<int64_t>& out) {
-    if (auto value = take(key)) out = value->is_null() ? std::nullopt : std::optional(as_integer(key, *value));
+    if (auto value = take(key))
+      out = value->is_null() ? std::nullopt : std::optional(as_integer(key, *value));
   }
   void number(const char* key, double& out) {
     if (auto value = take(key)) {
@@ -113,7 +114,8 @@ ZayaConfig parse_config(std::string_view json_text, const std::string& source) {
   ZayaConfig config;
   FieldReader fields(object, source);
   if (auto model_type = fields.take("model_type")) {
-    if (*model_type != "zaya") throw fields.error("model_type", "expected \"zaya\", got " + model_type->dump());
+    if (*model_type != "zaya")
+      throw fields.error("model_type", "expected \"zaya\", got " + model_type->dump());
   }
   fields.integer("vocab_size", config.vocab_size);
   fields.integer("hidden_size", config.hidden_size);
@@ -136,7 +138,8 @@ ZayaConfig parse_config(std::string_view json_text, const std::string& source) {
   if (auto types = fields.take("layer_types"); types && !types->is_null()) {
     if (!types->is_array()) throw fields.error("layer_types", "expected a list of strings");
     for (const json& type : *types) {
-      if (!type.is_string()) throw fields.error("layer_types", "expected a list of strings, got " + type.dump());
+      if (!type.is_string())
+        throw fields.error("layer_types", "expected a list of strings, got " + type.dump());
       config.layer_types.push_back(type.get<std::string>());
     }
   }
@@ -166,7 +169,9 @@ ZayaConfig parse_config(std::string_view json_text, const std::string& source) {
   return config;
 }
 
-ZayaConfig load_config(const std::string& path) { return parse_config(read_text_file(path), path); }
+ZayaConfig load_config(const std::string& path) {
+  return parse_config(read_text_file(path), path);
+}
 
 void validate_config(const ZayaConfig& c, const std::string& source) {
   auto fail = [&](const std::string& field, const std::string& message) {
@@ -190,38 +195,48 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
     if (value <= 0) throw fail(name, cat("must be positive, got ", value));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    throw fail("num_key_value_heads", cat("num_attention_heads (", c.num_attention_heads,
-                                          ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
+    throw fail("num_key_value_heads",
+               cat("num_attention_heads (", c.num_attention_heads,
+                   ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
   }
-  if (c.num_experts_per_tok != 1) throw fail("num_experts_per_tok", "ZAYA routes each token to one expert: must be 1");
+  if (c.num_experts_per_tok != 1)
+    throw fail("num_experts_per_tok", "ZAYA routes each token to one expert: must be 1");
   if ((c.num_key_value_heads * c.head_dim) % 2 != 0) {
-    throw fail("head_dim", "num_key_value_heads * head_dim must be even (values are half current, half delayed)");
+    throw fail("head_dim",
+               "num_key_value_heads * head_dim must be even (values are half current, half delayed)");
   }
-  if (c.hidden_act != "silu") throw fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
+  if (c.hidden_act != "silu")
+    throw fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
   if (!(c.rms_norm_eps > 0)) throw fail("rms_norm_eps", "must be positive");
   if (!(c.initializer_range >= 0)) throw fail("initializer_range", "must not be negative");
-  if (c.attention_dropout != 0) throw fail("attention_dropout", "attention dropout is not supported: must be 0");
+  if (c.attention_dropout != 0)
+    throw fail("attention_dropout", "attention dropout is not supported: must be 0");
   if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
     throw fail("dtype", "expected \"float32\", \"bfloat16\" or \"float16\", got \"" + c.dtype + "\"");
   }
   if (int64_t(c.layer_types.size()) != c.num_hidden_layers) {
-    throw fail("layer_types", cat("has ", c.layer_types.size(), " entries but num_hidden_layers is ", c.num_hidden_layers));
+    throw fail("layer_types",
+               cat("has ", c.layer_types.size(), " entries but num_hidden_layers is ", c.num_hidden_layers));
   }
   for (const std::string& type : c.layer_types) {
     if (type != kLayerFull && type != kLayerSliding) {
-      throw fail("layer_types", "unknown layer type \"" + type + "\" (expected \"hybrid\" or \"hybrid_sliding\")");
+      throw fail("layer_types",
+                 "unknown layer type \"" + type + "\" (expected \"hybrid\" or \"hybrid_sliding\")");
     }
     const auto rope = c.rope_parameters.find(type);
-    if (rope == c.rope_parameters.end()) throw fail("rope_parameters", "no entry for layer type \"" + type + "\"");
+    if (rope == c.rope_parameters.end())
+      throw fail("rope_parameters", "no entry for layer type \"" + type + "\"");
     const std::string key = "rope_parameters." + type;
     if (rope->second.rope_type != "default") {
-      throw fail(key + ".rope_type", "not supported: \"" + rope->second.rope_type + "\" (only \"default\" is)");
+      throw fail(key + ".rope_type",
+                 "not supported: \"" + rope->second.rope_type + "\" (only \"default\" is)");
     }
     if (!(rope->second.rope_theta > 0)) throw fail(key + ".rope_theta", "must be positive");
     const double factor = rope->second.partial_rotary_factor;
     if (!(factor > 0 && factor <= 1)) throw fail(key + ".partial_rotary_factor", "must be in (0, 1]");
     if (int64_t(c.head_dim * factor) % 2 != 0) {
-      throw fail(key + ".partial_rotary_factor", "head_dim * partial_rotary_factor must be an even number of channels");
+      throw fail(key + ".partial_rotary_factor",
+                 "head_dim * partial_rotary_factor must be an even number of channels");
     }
     if (type == kLayerSliding && (!c.sliding_window || *c.sliding_window <= 0)) {
       throw fail("sliding_window", "must be a positive integer when layer_types contains \"hybrid_sliding\"");
@@ -230,10 +245,12 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
   const std::pair<const char*, std::optional<int64_t>> token_ids[] = {{"pad_token_id", c.pad_token_id},
                                                                       {"bos_token_id", c.bos_token_id}};
   for (const auto& [name, id] : token_ids) {
-    if (id && (*id < 0 || *id >= c.vocab_size)) throw fail(name, cat(*id, " is outside the vocabulary of ", c.vocab_size));
+    if (id && (*id < 0 || *id >= c.vocab_size))
+      throw fail(name, cat(*id, " is outside the vocabulary of ", c.vocab_size));
   }
   for (int64_t id : c.eos_token_id) {
-    if (id < 0 || id >= c.vocab_size) throw fail("eos_token_id", cat(id, " is outside the vocabulary of ", c.vocab_size));
+    if (id < 0 || id >= c.vocab_size)
+      throw fail("eos_token_id", cat(id, " is outside the vocabulary of ", c.vocab_size));
   }
 }
 

@@ -102,10 +102,11 @@ void SafetensorsFile::parse_header(std::string_view header, size_t data_size) {
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end) throw fail(cat("data_offsets [", begin, ", ", end, "] are reversed"));
-    if (end > data_size) throw fail(cat("data_offsets end ", end, " is past the ", data_size, "-byte data section"));
+    if (end > data_size)
+      throw fail(cat("data_offsets end ", end, " is past the ", data_size, "-byte data section"));
     if (end - begin != bytes) {
-      throw fail(cat("shape ", entry.shape.to_string(), " of ", value["dtype"].get<std::string>(), " needs ", bytes,
-                     " bytes but data_offsets span ", end - begin));
+      throw fail(cat("shape ", entry.shape.to_string(), " of ", value["dtype"].get<std::string>(), " needs ",
+                     bytes, " bytes but data_offsets span ", end - begin));
     }
     entry.begin = begin;
     entry.end = end;
@@ -118,8 +119,10 @@ void SafetensorsFile::parse_header(std::string_view header, size_t data_size) {
   });
   size_t cursor = 0;
   for (const SafetensorsEntry& entry : entries_) {
-    if (entry.begin < cursor) throw Error("data overlaps the previous tensor's").file(file).tensor(entry.name);
-    if (entry.begin > cursor) throw Error(cat("hole in the data section before byte ", entry.begin)).file(file).tensor(entry.name);
+    if (entry.begin < cursor)
+      throw Error("data overlaps the previous tensor's").file(file).tensor(entry.name);
+    if (entry.begin > cursor)
+      throw Error(cat("hole in the data section before byte ", entry.begin)).file(file).tensor(entry.name);
     cursor = entry.end;
   }
   if (cursor != data_size) {
@@ -153,7 +156,9 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (const auto& [name, view] : tensors_) {
     json shape = json::array();
     for (int axis = 0; axis < view.shape.rank(); ++axis) shape.push_back(view.shape[axis]);
-    header[name] = {{"dtype", dtype_name(view.dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + view.nbytes()}}};
+    header[name] = {{"dtype", dtype_name(view.dtype)},
+                    {"shape", shape},
+                    {"data_offsets", {offset, offset + view.nbytes()}}};
     offset += view.nbytes();
   }
   std::string text = header.dump();

@@ -45,15 +45,20 @@ WeightSet::WeightSet(const std::string& dir) {
   }
   std::map<std::string, size_t> opened;  // shard file -> position in files_
   for (const auto& [tensor, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw Error("shard name is not a string").file(index_path.string()).tensor(tensor);
+    if (!shard.is_string())
+      throw Error("shard name is not a string").file(index_path.string()).tensor(tensor);
     const std::string shard_file = shard.get<std::string>();
     if (shard_file.find('/') != std::string::npos || shard_file == "..") {
-      throw Error("shard name must be a file in the model directory").file(index_path.string()).tensor(tensor);
+      throw Error("shard name must be a file in the model directory")
+          .file(index_path.string())
+          .tensor(tensor);
     }
     auto [it, inserted] = opened.emplace(shard_file, files_.size());
     if (inserted) files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / shard_file).string()));
     if (!files_[it->second]->find(tensor)) {
-      throw Error("the index places this tensor in a shard that lacks it").file(files_[it->second]->path()).tensor(tensor);
+      throw Error("the index places this tensor in a shard that lacks it")
+          .file(files_[it->second]->path())
+          .tensor(tensor);
     }
   }
 }
@@ -108,7 +113,8 @@ void write_weight_set(const std::string& dir, const std::vector<std::pair<std::s
       written.insert(name);
     }
     json weight_map = json::object();
-    for (size_t i = 0; i < tensors.size(); ++i) weight_map[tensors[i].first] = shard_name(shard_of[i], shards.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      weight_map[tensors[i].first] = shard_name(shard_of[i], shards.size());
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     write_file_atomic((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
     written.insert(kIndexFile);

@@ -34,7 +34,8 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   ops_.qk_mean_forward(a.qk0, T, C, shape, a.q_res, a.k_res);
 
   float* conv = scratch_.alloc<float>(size_t(T * C));
-  float* conv_scratch = scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1)));
+  float* conv_scratch =
+      scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1)));
   ops_.cca_conv_forward(a.qk0, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight, w.conv_dw_bias,
                         w.conv_g_weight, w.conv_g_bias, a.dw, conv, conv_scratch);
   ops_.copy_rows(a.q_res, QD, T, QD, a.q_pre, QD, false);
@@ -70,7 +71,8 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   scratch_.rewind(mark);
 }
 
-void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn, float* d_x) {
+void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn,
+                                   float* d_x) {
   const LayerWeights& w = w_.layers[size_t(layer)];
   LayerWeights& g = g_.layers[size_t(layer)];
   const AttentionShape shape = attention_shape(dims_, batch, layer);
@@ -89,8 +91,8 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   float* d_q = f(T * QD);
   float* d_k = f(T * KD);
   float* d_v = f(T * KD);
-  ops_.attention_backward(a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape, 1.0f / std::sqrt(float(D)),
-                          d_q, d_k, d_v);
+  ops_.attention_backward(a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape,
+                          1.0f / std::sqrt(float(D)), d_q, d_k, d_v);
   const float* cos = rope_cos_[size_t(layer)];
   const float* sin = rope_sin_[size_t(layer)];
   ops_.rope(d_q, batch.batch, batch.seq, dims_.heads, D, rotary, cos, sin, true);
@@ -107,8 +109,8 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   float* d_qk0 = f(T * C);
   float* conv_scratch = f(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1));
   ops_.cca_conv_backward(a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                         w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias, g.conv_g_weight, g.conv_g_bias,
-                         conv_scratch);
+                         w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias, g.conv_g_weight,
+                         g.conv_g_bias, conv_scratch);
   ops_.qk_mean_backward(d_q_pre, d_k_pre, T, C, shape, d_qk0);
 
   // Values: the delayed half at position s came from x_{s-1}.

@@ -36,8 +36,9 @@ ModelDims model_dims(const ZayaConfig& c) {
 
 namespace {
 
-ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                       int64_t experts, int64_t intermediate, int64_t router, int64_t max_positions) {
+ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                       int64_t head_dim, int64_t experts, int64_t intermediate, int64_t router,
+                       int64_t max_positions) {
   ZayaConfig c;
   c.vocab_size = vocab;
   c.hidden_size = hidden;
@@ -58,7 +59,9 @@ ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t he
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "small", "zaya1-base"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "zaya1-base"};
+}
 
 ZayaConfig preset_config(const std::string& name) {
   ZayaConfig c;
@@ -70,7 +73,7 @@ ZayaConfig preset_config(const std::string& name) {
     c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
   } else if (name == "small") {
     // The CPU demo: a training step of 8k tokens takes about a second on 2 cores.
-    c = make_preset(8192, 256, 4, 4, 2, 64, 8, 256, 64, 2048);
+    c = make_preset(4096, 128, 4, 4, 2, 32, 8, 256, 32, 2048);
     c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
   } else if (name == "zaya1-base") {
     // Zyphra's ZAYA1-base: 40 blocks, hidden 2048, 8 query / 2 KV heads of 128, 16 experts top-1 with the

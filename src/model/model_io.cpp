@@ -111,7 +111,8 @@ void init_parameters(ParameterStore& params, double initializer_range, uint64_t 
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(i));
         if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {
-          std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden, 0.0f);
+          std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden,
+                    0.0f);
         }
         break;
       }

@@ -8,15 +8,18 @@
 
 namespace zaya {
 
-void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a, const float* prev_router_state) {
+void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
+                            const float* prev_router_state) {
   const LayerWeights& w = w_.layers[size_t(layer)];
-  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts, I = dims_.intermediate;
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
+                I = dims_.intermediate;
   const Arena::Mark mark = scratch_.mark();
 
   // Router: down_proj, plus the previous layer's state (exponential depth averaging), then its MLP.
   ops_.gemm(Trans::No, Trans::Yes, T, R, H, 1.0f, a.xn2, H, w.router_down, H, 0.0f, a.rh, R);
   ops_.add_bias(a.rh, T, R, R, w.router_down_bias);
-  if (w.router_states_scale && prev_router_state) ops_.add_scaled(prev_router_state, w.router_states_scale, T, R, a.rh);
+  if (w.router_states_scale && prev_router_state)
+    ops_.add_scaled(prev_router_state, w.router_states_scale, T, R, a.rh);
   ops_.rmsnorm_forward(a.rh, w.router_norm, T, R, dims_.rms_eps, a.rn, a.rn_rstd);
   ops_.gemm(Trans::No, Trans::Yes, T, R, R, 1.0f, a.rn, R, w.fc1, R, 0.0f, a.f1_pre, R);
   ops_.add_bias(a.f1_pre, T, R, R, w.fc1_bias);
@@ -36,8 +39,8 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a, 
   ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H, 0.0f,
-              a.gate_up + begin * 2 * I, 2 * I);
+    ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H,
+              0.0f, a.gate_up + begin * 2 * I, 2 * I);
   }
   ops_.swiglu_forward(a.gate_up, routed, I, a.act);
   for (int64_t e = 0; e < E; ++e) {
@@ -54,7 +57,8 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
                              const float* d_state_next, float* d_xn2, float* d_state_prev) {
   const LayerWeights& w = w_.layers[size_t(layer)];
   LayerWeights& g = g_.layers[size_t(layer)];
-  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts, I = dims_.intermediate;
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
+                I = dims_.intermediate;
   const int64_t routes = dims_.routes(), routed = a.offsets[E];
   const Arena::Mark mark = scratch_.mark();
   auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
@@ -83,10 +87,10 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   float* d_x = f(routed * H);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H, H, 1.0f,
-              g.gate_up + e * 2 * I * H, H);
-    ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I, w.gate_up + e * 2 * I * H,
-              H, 0.0f, d_x + begin * H, H);
+    ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H, H,
+              1.0f, g.gate_up + e * 2 * I * H, H);
+    ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+              w.gate_up + e * 2 * I * H, H, 0.0f, d_x + begin * H, H);
   }
   ops_.fill(d_xn2, T * H, 0.0f);
   ops_.scatter_rows(d_x, a.order, nullptr, routed, H, false, d_xn2);
@@ -111,8 +115,8 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   ops_.rmsnorm_backward(a.rh, w.router_norm, a.rn_rstd, d_rn, T, R, d_state, false, g.router_norm);
   if (d_state_next) ops_.copy_rows(d_state_next, R, T, R, d_state, R, true);
   if (d_state_prev) {
-    ops_.add_scaled_backward(layers_[size_t(layer - 1)].rh, w.router_states_scale, d_state, T, R, d_state_prev,
-                             g.router_states_scale);
+    ops_.add_scaled_backward(layers_[size_t(layer - 1)].rh, w.router_states_scale, d_state, T, R,
+                             d_state_prev, g.router_states_scale);
   }
   ops_.gemm(Trans::Yes, Trans::No, R, H, T, 1.0f, d_state, R, a.xn2, H, 1.0f, g.router_down, H);
   ops_.bias_backward(d_state, T, R, R, g.router_down_bias);

@@ -8,24 +8,42 @@ namespace zaya {
 
 std::string_view param_role_name(ParamRole role) {
   switch (role) {
-    case ParamRole::Embedding: return "embedding";
-    case ParamRole::LmHead: return "lm_head";
-    case ParamRole::LmHeadBias: return "lm_head_bias";
-    case ParamRole::InputScale: return "input_scale";
-    case ParamRole::InputBias: return "input_bias";
-    case ParamRole::Norm: return "norm";
-    case ParamRole::ResidualScale: return "residual_scale";
-    case ParamRole::ResidualBias: return "residual_bias";
-    case ParamRole::AttentionWeight: return "attention_weight";
-    case ParamRole::AttentionBias: return "attention_bias";
-    case ParamRole::ConvWeight: return "conv_weight";
-    case ParamRole::ConvBias: return "conv_bias";
-    case ParamRole::KeyTemperature: return "key_temperature";
-    case ParamRole::RouterWeight: return "router_weight";
-    case ParamRole::RouterBias: return "router_bias";
-    case ParamRole::RouterStatesScale: return "router_states_scale";
-    case ParamRole::ExpertWeight: return "expert_weight";
-    case ParamRole::BalancingBias: return "balancing_bias";
+    case ParamRole::Embedding:
+      return "embedding";
+    case ParamRole::LmHead:
+      return "lm_head";
+    case ParamRole::LmHeadBias:
+      return "lm_head_bias";
+    case ParamRole::InputScale:
+      return "input_scale";
+    case ParamRole::InputBias:
+      return "input_bias";
+    case ParamRole::Norm:
+      return "norm";
+    case ParamRole::ResidualScale:
+      return "residual_scale";
+    case ParamRole::ResidualBias:
+      return "residual_bias";
+    case ParamRole::AttentionWeight:
+      return "attention_weight";
+    case ParamRole::AttentionBias:
+      return "attention_bias";
+    case ParamRole::ConvWeight:
+      return "conv_weight";
+    case ParamRole::ConvBias:
+      return "conv_bias";
+    case ParamRole::KeyTemperature:
+      return "key_temperature";
+    case ParamRole::RouterWeight:
+      return "router_weight";
+    case ParamRole::RouterBias:
+      return "router_bias";
+    case ParamRole::RouterStatesScale:
+      return "router_states_scale";
+    case ParamRole::ExpertWeight:
+      return "expert_weight";
+    case ParamRole::BalancingBias:
+      return "balancing_bias";
   }
   return "?";
 }
@@ -39,9 +57,10 @@ ParameterTable::ParameterTable(const ModelDims& d) {
     const std::string attn = p + "self_attn.", qkv = attn + "qkv_proj.";
     add(attn + "o_proj.weight", {H, d.q_dim()}, R::AttentionWeight, i);
     if (d.attention_bias) add(attn + "o_proj.bias", {H}, R::AttentionBias, i);
-    const std::pair<const char*, int64_t> projections[] = {
-        {"q_proj", d.q_dim()}, {"k_proj", d.kv_dim()}, {"v_proj_current", d.kv_dim() / 2},
-        {"v_proj_delayed", d.kv_dim() / 2}};
+    const std::pair<const char*, int64_t> projections[] = {{"q_proj", d.q_dim()},
+                                                           {"k_proj", d.kv_dim()},
+                                                           {"v_proj_current", d.kv_dim() / 2},
+                                                           {"v_proj_delayed", d.kv_dim() / 2}};
     for (const auto& [name, rows] : projections) {
       add(qkv + name + ".weight", {rows, H}, R::AttentionWeight, i);
       if (d.attention_bias) add(qkv + name + ".bias", {rows}, R::AttentionBias, i);
@@ -110,6 +129,8 @@ TensorView ParameterStore::value_view(const ParamInfo& param) const {
   return {const_cast<float*>(value(param)), DType::F32, param.shape};
 }
 
-void ParameterStore::zero_grads() { std::memset(grads(), 0, size_t(table_.total_floats()) * sizeof(float)); }
+void ParameterStore::zero_grads() {
+  std::memset(grads(), 0, size_t(table_.total_floats()) * sizeof(float));
+}
 
 }  // namespace zaya

@@ -33,7 +33,7 @@ enum class ParamRole : uint8_t {
   RouterBias,         // router down_proj, fc1, fc2 biases
   RouterStatesScale,  // router_states_scale (depth averaging)
   ExpertWeight,       // experts.gate_up_proj, experts.down_proj
-  BalancingBias,      // mlp.gate.balancing_biases: a buffer, set by the balancing controller, not by gradients
+  BalancingBias,  // mlp.gate.balancing_biases: a buffer, set by the balancing controller, not by gradients
 };
 
 std::string_view param_role_name(ParamRole role);

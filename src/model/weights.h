@@ -18,21 +18,21 @@ struct LayerWeights {
   float* post_attention_norm = nullptr;  // [H]
   ResidualScaleWeights attention_residual, mlp_residual;
 
-  float *q_proj = nullptr, *k_proj = nullptr;              // [q_dim, H], [kv_dim, H]
-  float *v_current = nullptr, *v_delayed = nullptr;        // [kv_dim / 2, H] each
-  float* o_proj = nullptr;                                 // [H, q_dim]
+  float *q_proj = nullptr, *k_proj = nullptr;        // [q_dim, H], [kv_dim, H]
+  float *v_current = nullptr, *v_delayed = nullptr;  // [kv_dim / 2, H] each
+  float* o_proj = nullptr;                           // [H, q_dim]
   float *q_bias = nullptr, *k_bias = nullptr, *v_current_bias = nullptr, *v_delayed_bias = nullptr,
-        *o_bias = nullptr;                                 // attention_bias only
+        *o_bias = nullptr;                                   // attention_bias only
   float *conv_dw_weight = nullptr, *conv_dw_bias = nullptr;  // [C, 1, k0], [C]
   float *conv_g_weight = nullptr, *conv_g_bias = nullptr;    // [C, head_dim, k1], [C]
   float* key_temp = nullptr;                                 // [kv_heads]
 
-  float *router_down = nullptr, *router_down_bias = nullptr;  // [R, H], [R]
-  float* router_states_scale = nullptr;                       // [R]; null in layer 0
-  float* router_norm = nullptr;                               // [R]
+  float *router_down = nullptr, *router_down_bias = nullptr;                       // [R, H], [R]
+  float* router_states_scale = nullptr;                                            // [R]; null in layer 0
+  float* router_norm = nullptr;                                                    // [R]
   float *fc1 = nullptr, *fc1_bias = nullptr, *fc2 = nullptr, *fc2_bias = nullptr;  // [R, R], [R]
-  float* router_out = nullptr;                                // [E + 1, R]
-  float* balancing_biases = nullptr;                          // [E + 1]
+  float* router_out = nullptr;                                                     // [E + 1, R]
+  float* balancing_biases = nullptr;                                               // [E + 1]
 
   float* gate_up = nullptr;  // [E, 2I, H]
   float* down = nullptr;     // [E, H, I]

@@ -27,7 +27,9 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops)
 
 ZayaModel::~ZayaModel() = default;
 
-ForwardResult ZayaModel::forward(const Batch& batch, bool keep_logits) { return run(batch, keep_logits, false, 0); }
+ForwardResult ZayaModel::forward(const Batch& batch, bool keep_logits) {
+  return run(batch, keep_logits, false, 0);
+}
 
 ForwardResult ZayaModel::forward_backward(const Batch& batch, float loss_scale, bool keep_logits) {
   return run(batch, keep_logits, true, loss_scale);
@@ -36,15 +38,18 @@ ForwardResult ZayaModel::forward_backward(const Batch& batch, float loss_scale, 
 namespace {
 
 void check_batch(const Batch& batch, const ModelDims& dims) {
-  if (batch.batch <= 0 || batch.seq <= 0) throw Error(cat("empty batch [", batch.batch, ", ", batch.seq, "]"));
+  if (batch.batch <= 0 || batch.seq <= 0)
+    throw Error(cat("empty batch [", batch.batch, ", ", batch.seq, "]"));
   for (int64_t t = 0; t < batch.tokens(); ++t) {
     if (batch.input_ids[t] < 0 || batch.input_ids[t] >= dims.vocab) {
       throw Error(cat("token id ", batch.input_ids[t], " at position ", t, " is outside the vocabulary of ",
                       dims.vocab))
           .field("input_ids");
     }
-    if (batch.labels && batch.labels[t] != kIgnoreLabel && (batch.labels[t] < 0 || batch.labels[t] >= dims.vocab)) {
-      throw Error(cat("label ", batch.labels[t], " at position ", t, " is outside the vocabulary of ", dims.vocab))
+    if (batch.labels && batch.labels[t] != kIgnoreLabel &&
+        (batch.labels[t] < 0 || batch.labels[t] >= dims.vocab)) {
+      throw Error(
+          cat("label ", batch.labels[t], " at position ", t, " is outside the vocabulary of ", dims.vocab))
           .field("labels");
     }
   }
@@ -137,7 +142,8 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
 }
 
 void ZayaModel::embed(const Batch& batch, float* out) {
-  ops_.embedding_forward(batch.input_ids, batch.tokens(), w_.embed, dims_.hidden, w_.input_bias, w_.input_scale, out);
+  ops_.embedding_forward(batch.input_ids, batch.tokens(), w_.embed, dims_.hidden, w_.input_bias,
+                         w_.input_scale, out);
 }
 
 void ZayaModel::rope_tables(const Batch& batch) {
@@ -164,8 +170,8 @@ void ZayaModel::rope_tables(const Batch& batch) {
   }
 }
 
-void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
-                     ForwardResult& result, float* logits, float* d_final) {
+void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,
+                     float loss_scale, ForwardResult& result, float* logits, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
   // Chunks of about 16M logits bound the scratch whatever the vocabulary.
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
@@ -194,7 +200,7 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
 
 void ZayaModel::backward(const Batch& batch, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router;
-  float* d_x = arena_.alloc<float>(size_t(T * H));       // gradient of the residual stream
+  float* d_x = arena_.alloc<float>(size_t(T * H));  // gradient of the residual stream
   float* d_r1 = arena_.alloc<float>(size_t(T * H));
   float* d_moe = arena_.alloc<float>(size_t(T * H));
   float* d_xn = arena_.alloc<float>(size_t(T * H));
@@ -211,23 +217,25 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
     const LayerWeights& w = w_.layers[size_t(l)];
     LayerWeights& g = g_.layers[size_t(l)];
     const ResidualScaleWeights& rm = w.mlp_residual;
-    ops_.residual_scale_backward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, d_x, T, H, d_moe, d_r1,
-                                 g.mlp_residual.h_bias, g.mlp_residual.h_scale, g.mlp_residual.r_bias,
+    ops_.residual_scale_backward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, d_x, T, H, d_moe,
+                                 d_r1, g.mlp_residual.h_bias, g.mlp_residual.h_scale, g.mlp_residual.r_bias,
                                  g.mlp_residual.r_scale);
-    moe_backward(int(l), batch, a, d_moe, state_grad ? d_state_in : nullptr, d_xn, l > 0 ? d_state_out : nullptr);
+    moe_backward(int(l), batch, a, d_moe, state_grad ? d_state_in : nullptr, d_xn,
+                 l > 0 ? d_state_out : nullptr);
     std::swap(d_state_in, d_state_out);
     state_grad = true;
-    ops_.rmsnorm_backward(a.r1, w.post_attention_norm, a.rstd2, d_xn, T, H, d_r1, true, g.post_attention_norm);
+    ops_.rmsnorm_backward(a.r1, w.post_attention_norm, a.rstd2, d_xn, T, H, d_r1, true,
+                          g.post_attention_norm);
     const ResidualScaleWeights& ra = w.attention_residual;
-    ops_.residual_scale_backward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, d_r1, T, H, d_attn,
-                                 d_x, g.attention_residual.h_bias, g.attention_residual.h_scale,
+    ops_.residual_scale_backward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, d_r1, T, H,
+                                 d_attn, d_x, g.attention_residual.h_bias, g.attention_residual.h_scale,
                                  g.attention_residual.r_bias, g.attention_residual.r_scale);
     attention_backward(int(l), batch, a, d_attn, d_xn);
     if (batch.attention_mask) ops_.mask_rows(d_xn, T, H, batch.attention_mask);
     ops_.rmsnorm_backward(a.x_in, w.input_norm, a.rstd1, d_xn, T, H, d_x, true, g.input_norm);
   }
-  ops_.embedding_backward(batch.input_ids, T, w_.embed, H, w_.input_bias, w_.input_scale, d_x, dims_.pad_token_id,
-                          g_.embed, g_.input_bias, g_.input_scale);
+  ops_.embedding_backward(batch.input_ids, T, w_.embed, H, w_.input_bias, w_.input_scale, d_x,
+                          dims_.pad_token_id, g_.embed, g_.input_bias, g_.input_scale);
 }
 
 }  // namespace zaya

@@ -18,21 +18,22 @@ struct LayerActivations;
 inline constexpr int32_t kIgnoreLabel = -100;
 
 struct Batch {
-  const int32_t* input_ids = nullptr;       // [batch, seq]
-  const int32_t* labels = nullptr;          // [batch, seq]: the target of each position, or kIgnoreLabel
-  const float* attention_mask = nullptr;    // [batch, seq], 1 keep / 0 padding; null = no padding
+  const int32_t* input_ids = nullptr;     // [batch, seq]
+  const int32_t* labels = nullptr;        // [batch, seq]: the target of each position, or kIgnoreLabel
+  const float* attention_mask = nullptr;  // [batch, seq], 1 keep / 0 padding; null = no padding
   int64_t batch = 0, seq = 0;
   int64_t tokens() const { return batch * seq; }
 };
 
-// transformers' convention for labels = input_ids: position s predicts input s + 1; the last predicts nothing.
+// transformers' convention for labels = input_ids: position s predicts input s + 1; the last predicts
+// nothing.
 std::vector<int32_t> shifted_labels(const int32_t* input_ids, int64_t batch, int64_t seq);
 
 struct ForwardResult {
-  double loss_sum = 0;                        // summed cross-entropy over the labelled positions
-  int64_t labelled = 0;                       // how many positions had a label
-  const float* logits = nullptr;              // [tokens, vocab] when asked for; valid until the next call
-  const int32_t* expert_choice = nullptr;     // [layers, tokens]; experts (= the skip route's index) for skip
+  double loss_sum = 0;                     // summed cross-entropy over the labelled positions
+  int64_t labelled = 0;                    // how many positions had a label
+  const float* logits = nullptr;           // [tokens, vocab] when asked for; valid until the next call
+  const int32_t* expert_choice = nullptr;  // [layers, tokens]; experts (= the skip route's index) for skip
   double mean_loss() const { return labelled ? loss_sum / double(labelled) : 0.0; }
 };
 
@@ -47,7 +48,8 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   ParameterStore& params() { return params_; }
-  const Arena& activations() const { return arena_; }
+  // System allocations made by the model's arenas so far: constant once the step shape has been seen.
+  size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
 
  private:
   ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);

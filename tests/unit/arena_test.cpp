@@ -36,6 +36,23 @@ TEST(Arena, StopsAllocatingAfterWarmUp) {
   EXPECT_GE(arena.capacity(), arena.high_water());
 }
 
+// Scratch that is rewound inside a step (as each layer does) must not make every step allocate anew.
+TEST(Arena, StopsAllocatingAfterWarmUpWithRewinds) {
+  Arena arena(64);
+  auto step = [&] {
+    for (int layer = 0; layer < 4; ++layer) {
+      const Arena::Mark mark = arena.mark();
+      for (int i = 1; i <= 5; ++i) std::memset(arena.allocate(size_t(i) * 4096), 0, size_t(i) * 4096);
+      arena.rewind(mark);
+    }
+    arena.reset();
+  };
+  step();
+  const size_t after_warm_up = arena.system_allocations();
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(arena.system_allocations(), after_warm_up);
+}
+
 TEST(Arena, RewindReusesScratch) {
   Arena arena(1 << 16);
   arena.alloc<float>(100);

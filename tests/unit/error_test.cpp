@@ -20,7 +20,9 @@ TEST(Error, KeepsTheContextThroughAThrow) {
   }
 }
 
-TEST(Cat, ConcatenatesMixedValues) { EXPECT_EQ(cat("layer ", 3, " of ", 4.5, '!'), "layer 3 of 4.5!"); }
+TEST(Cat, ConcatenatesMixedValues) {
+  EXPECT_EQ(cat("layer ", 3, " of ", 4.5, '!'), "layer 3 of 4.5!");
+}
 
 }  // namespace
 }  // namespace zaya

@@ -105,23 +105,24 @@ TEST_P(InvalidConfig, NamesTheFileAndField) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, InvalidConfig,
-    ::testing::Values(BadConfig{R"({"hidden_size": "big"})", "hidden_size"},
-                      BadConfig{R"({"hidden_size": 64.5})", "hidden_size"},
-                      BadConfig{R"({"num_hidden_layers": 0})", "num_hidden_layers"},
-                      BadConfig{R"({"num_attention_heads": 6, "num_key_value_heads": 4})", "num_key_value_heads"},
-                      BadConfig{R"({"num_hidden_layers": 2, "layer_types": ["hybrid"]})", "layer_types"},
-                      BadConfig{R"({"num_hidden_layers": 1, "layer_types": ["mamba"]})", "layer_types"},
-                      BadConfig{R"({"num_hidden_layers": 1, "layer_types": ["hybrid_sliding"]})", "sliding_window"},
-                      BadConfig{R"({"num_experts_per_tok": 2})", "num_experts_per_tok"},
-                      BadConfig{R"({"tie_word_embeddings": 1})", "tie_word_embeddings"},
-                      BadConfig{R"({"model_type": "llama"})", "model_type"},
-                      BadConfig{R"({"hidden_act": "relu"})", "hidden_act"},
-                      BadConfig{R"({"vocab_size": 10, "bos_token_id": 20})", "bos_token_id"},
-                      BadConfig{R"({"rope_parameters": {"hybrid": {"rope_theta": -1}}})", "rope_parameters.hybrid"},
-                      BadConfig{R"({"rope_parameters": {"hybrid": {"rope_type": "yarn", "rope_theta": 1}}})",
-                                "rope_parameters.hybrid"},
-                      BadConfig{R"({"rope_parameters": {"hybrid_sliding": {"rope_theta": 1}}})", "rope_parameters"},
-                      BadConfig{R"({"dtype": "int8"})", "dtype"}));
+    ::testing::Values(
+        BadConfig{R"({"hidden_size": "big"})", "hidden_size"},
+        BadConfig{R"({"hidden_size": 64.5})", "hidden_size"},
+        BadConfig{R"({"num_hidden_layers": 0})", "num_hidden_layers"},
+        BadConfig{R"({"num_attention_heads": 6, "num_key_value_heads": 4})", "num_key_value_heads"},
+        BadConfig{R"({"num_hidden_layers": 2, "layer_types": ["hybrid"]})", "layer_types"},
+        BadConfig{R"({"num_hidden_layers": 1, "layer_types": ["mamba"]})", "layer_types"},
+        BadConfig{R"({"num_hidden_layers": 1, "layer_types": ["hybrid_sliding"]})", "sliding_window"},
+        BadConfig{R"({"num_experts_per_tok": 2})", "num_experts_per_tok"},
+        BadConfig{R"({"tie_word_embeddings": 1})", "tie_word_embeddings"},
+        BadConfig{R"({"model_type": "llama"})", "model_type"},
+        BadConfig{R"({"hidden_act": "relu"})", "hidden_act"},
+        BadConfig{R"({"vocab_size": 10, "bos_token_id": 20})", "bos_token_id"},
+        BadConfig{R"({"rope_parameters": {"hybrid": {"rope_theta": -1}}})", "rope_parameters.hybrid"},
+        BadConfig{R"({"rope_parameters": {"hybrid": {"rope_type": "yarn", "rope_theta": 1}}})",
+                  "rope_parameters.hybrid"},
+        BadConfig{R"({"rope_parameters": {"hybrid_sliding": {"rope_theta": 1}}})", "rope_parameters"},
+        BadConfig{R"({"dtype": "int8"})", "dtype"}));
 
 TEST(ZayaConfig, RejectsFilesThatAreNotConfigs) {
   EXPECT_THROW(parse_config("[1]", "x.json"), Error);

@@ -50,7 +50,9 @@ void expect_gradient(const char* what, Vec& x, const Vec& analytic, const std::f
   EXPECT_LE(std::sqrt(diff / norm), tolerance) << what;
 }
 
-Ops& ops() { return cpu_ops(); }
+Ops& ops() {
+  return cpu_ops();
+}
 
 TEST(OpsGradient, RmsNorm) {
   const int64_t rows = 5, n = 7;
@@ -72,11 +74,12 @@ TEST(OpsGradient, RmsNorm) {
 
 TEST(OpsGradient, ResidualScale) {
   const int64_t rows = 4, n = 6;
-  Vec h = random_vec(rows * n, 1), res = random_vec(rows * n, 2), hb = random_vec(n, 3), hs = random_vec(n, 4),
-      rb = random_vec(n, 5), rs = random_vec(n, 6), r = random_vec(rows * n, 7);
+  Vec h = random_vec(rows * n, 1), res = random_vec(rows * n, 2), hb = random_vec(n, 3),
+      hs = random_vec(n, 4), rb = random_vec(n, 5), rs = random_vec(n, 6), r = random_vec(rows * n, 7);
   Vec out(rows * n), dh(rows * n), dr(rows * n), dhb(n, 0.f), dhs(n, 0.f), drb(n, 0.f), drs(n, 0.f);
-  ops().residual_scale_backward(h.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), r.data(), rows, n,
-                                dh.data(), dr.data(), dhb.data(), dhs.data(), drb.data(), drs.data());
+  ops().residual_scale_backward(h.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), r.data(),
+                                rows, n, dh.data(), dr.data(), dhb.data(), dhs.data(), drb.data(),
+                                drs.data());
   auto loss = [&] {
     ops().residual_scale_forward(h.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), rows, n,
                                  out.data());
@@ -150,10 +153,13 @@ TEST(OpsGradient, QkMean) {
   Vec qk = random_vec(tokens * ld, 1), rq = random_vec(tokens * 12, 2), rk = random_vec(tokens * 6, 3);
   Vec q_res(tokens * 12), k_res(tokens * 6), dqk(tokens * ld, 0.f);
   ops().qk_mean_backward(rq.data(), rk.data(), tokens, ld, shape, dqk.data());
-  expect_gradient("qk", qk, dqk, [&] {
-    ops().qk_mean_forward(qk.data(), tokens, ld, shape, q_res.data(), k_res.data());
-    return dot(q_res, rq) + dot(k_res, rk);
-  }, 1e-2, 1e-3);
+  expect_gradient(
+      "qk", qk, dqk,
+      [&] {
+        ops().qk_mean_forward(qk.data(), tokens, ld, shape, q_res.data(), k_res.data());
+        return dot(q_res, rq) + dot(k_res, rk);
+      },
+      1e-2, 1e-3);
 }
 
 TEST(OpsGradient, CcaConvolutions) {
@@ -165,8 +171,8 @@ TEST(OpsGradient, CcaConvolutions) {
     Vec dw(B * dw_len * C), out(B * S * C), scratch(size_t(ops().cca_conv_scratch(shape, k0, k1)));
     Vec dx(B * S * C), d_dw_w(C * k0, 0.f), d_dw_b(C, 0.f), d_g_w(C * 3 * k1, 0.f), d_g_b(C, 0.f);
     auto loss = [&] {
-      ops().cca_conv_forward(x.data(), shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
-                             out.data(), scratch.data());
+      ops().cca_conv_forward(x.data(), shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(),
+                             dw.data(), out.data(), scratch.data());
       return dot(out, r);
     };
     loss();
@@ -184,8 +190,9 @@ TEST(OpsGradient, CcaConvolutions) {
 TEST(OpsGradient, CcaConvolutionIsCausal) {
   const AttentionShape shape{1, 6, 1, 1, 2, 0};
   const int64_t C = 4;
-  Vec x = random_vec(6 * C, 1), dw_w = random_vec(C * 2, 2), dw_b = random_vec(C, 3), g_w = random_vec(C * 2 * 2, 4),
-      g_b = random_vec(C, 5), dw(7 * C), out(6 * C), out2(6 * C), scratch(size_t(ops().cca_conv_scratch(shape, 2, 2)));
+  Vec x = random_vec(6 * C, 1), dw_w = random_vec(C * 2, 2), dw_b = random_vec(C, 3),
+      g_w = random_vec(C * 2 * 2, 4), g_b = random_vec(C, 5), dw(7 * C), out(6 * C), out2(6 * C),
+      scratch(size_t(ops().cca_conv_scratch(shape, 2, 2)));
   ops().cca_conv_forward(x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
                          out.data(), scratch.data());
   for (int64_t c = 0; c < C; ++c) x[4 * C + c] += 3.0f;  // change position 4
@@ -197,14 +204,16 @@ TEST(OpsGradient, CcaConvolutionIsCausal) {
 
 TEST(OpsGradient, L2NormWithTemperature) {
   const int64_t rows = 3, heads = 2, d = 4;
-  Vec x = random_vec(rows * heads * d, 1), temp = random_vec(heads, 2, 0.3f, 1.0f), r = random_vec(rows * heads * d, 3);
+  Vec x = random_vec(rows * heads * d, 1), temp = random_vec(heads, 2, 0.3f, 1.0f),
+      r = random_vec(rows * heads * d, 3);
   Vec out(rows * heads * d), norms(rows * heads), dx(rows * heads * d), dtemp(heads, 0.f);
   auto loss = [&] {
     ops().l2norm_forward(x.data(), rows, heads, d, temp.data(), out.data(), norms.data());
     return dot(out, r);
   };
   loss();
-  ops().l2norm_backward(x.data(), norms.data(), r.data(), rows, heads, d, temp.data(), dx.data(), dtemp.data());
+  ops().l2norm_backward(x.data(), norms.data(), r.data(), rows, heads, d, temp.data(), dx.data(),
+                        dtemp.data());
   expect_gradient("x", x, dx, loss, 1e-3, 5e-3);
   expect_gradient("temp", temp, dtemp, loss);
   // Without temperature every head comes out with norm sqrt(d).
@@ -249,8 +258,8 @@ TEST(OpsGradient, AttentionWithWindowsAndPadding) {
       return dot(o, r);
     };
     loss();
-    ops().attention_backward(q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), r.data(), shape, 0.4f,
-                             dq.data(), dk.data(), dv.data());
+    ops().attention_backward(q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), r.data(), shape,
+                             0.4f, dq.data(), dk.data(), dv.data());
     SCOPED_TRACE(testing::Message() << "window " << window);
     expect_gradient("q", q, dq, loss);
     expect_gradient("k", k, dk, loss);
@@ -288,16 +297,22 @@ TEST(OpsGradient, AttentionMatchesTheDefinition) {
 
 TEST(OpsGradient, RouteTop1ThroughTheGate) {
   const int64_t tokens = 6, routes = 4;
-  Vec logits = random_vec(tokens * routes, 1, 2.0f), biases = {0.0f, 0.1f, -0.05f, 0.02f}, r = random_vec(tokens, 2);
+  Vec logits = random_vec(tokens * routes, 1, 2.0f), biases = {0.0f, 0.1f, -0.05f, 0.02f},
+      r = random_vec(tokens, 2);
   Vec probs(tokens * routes), gate(tokens), dlogits(tokens * routes);
   std::vector<int32_t> choice(tokens), first_choice(tokens);
-  ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), first_choice.data(), gate.data());
+  ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), first_choice.data(),
+                   gate.data());
   ops().route_top1_backward(probs.data(), first_choice.data(), r.data(), tokens, routes, dlogits.data());
-  expect_gradient("logits", logits, dlogits, [&] {
-    ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(), gate.data());
-    EXPECT_EQ(choice, first_choice) << "a finite-difference step flipped a choice";
-    return dot(gate, r);
-  }, 1e-3, 5e-3);
+  expect_gradient(
+      "logits", logits, dlogits,
+      [&] {
+        ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(),
+                         gate.data());
+        EXPECT_EQ(choice, first_choice) << "a finite-difference step flipped a choice";
+        return dot(gate, r);
+      },
+      1e-3, 5e-3);
   for (int64_t t = 0; t < tokens; ++t) {
     if (first_choice[t] == routes - 1) {
       EXPECT_EQ(gate[t], 0.0f);  // the skip route carries no gate

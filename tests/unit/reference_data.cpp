@@ -12,7 +12,9 @@ const SafetensorsEntry& ReferenceData::entry(const std::string& name) const {
   return *found;
 }
 
-Shape ReferenceData::shape(const std::string& name) const { return entry(name).shape; }
+Shape ReferenceData::shape(const std::string& name) const {
+  return entry(name).shape;
+}
 
 std::vector<float> ReferenceData::floats(const std::string& name) const {
   const TensorView view = file_.view(entry(name));
@@ -58,7 +60,8 @@ double max_abs(const std::vector<float>& values) {
 
 double max_abs_diff(const std::vector<float>& got, const std::vector<float>& want) {
   double out = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) out = std::max(out, std::abs(double(got[i]) - want[i]));
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    out = std::max(out, std::abs(double(got[i]) - want[i]));
   return got.size() == want.size() ? out : INFINITY;
 }
 

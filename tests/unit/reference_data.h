@@ -14,8 +14,8 @@ class ReferenceData {
   explicit ReferenceData(const std::string& path) : file_(path) {}
   bool has(const std::string& name) const { return file_.find(name) != nullptr; }
   Shape shape(const std::string& name) const;
-  std::vector<float> floats(const std::string& name) const;    // any float dtype
-  std::vector<int32_t> ints(const std::string& name) const;    // I32 or I64
+  std::vector<float> floats(const std::string& name) const;  // any float dtype
+  std::vector<int32_t> ints(const std::string& name) const;  // I32 or I64
 
  private:
   const SafetensorsEntry& entry(const std::string& name) const;

@@ -28,15 +28,32 @@ std::vector<double> values_as_double(const SafetensorsFile& file, const Safetens
       return sample;
     };
     switch (view.dtype) {
-      case DType::F32: out.push_back(load(float{})); break;
-      case DType::F64: out.push_back(load(double{})); break;
-      case DType::BF16: out.push_back(bf16_to_f32(load(uint16_t{}))); break;
-      case DType::F16: out.push_back(f16_to_f32(load(uint16_t{}))); break;
-      case DType::I32: out.push_back(load(int32_t{})); break;
-      case DType::I64: out.push_back(double(load(int64_t{}))); break;
-      case DType::U8: out.push_back(load(uint8_t{})); break;
-      case DType::Bool: out.push_back(load(uint8_t{})); break;
-      default: ADD_FAILURE() << "unexpected dtype";
+      case DType::F32:
+        out.push_back(load(float{}));
+        break;
+      case DType::F64:
+        out.push_back(load(double{}));
+        break;
+      case DType::BF16:
+        out.push_back(bf16_to_f32(load(uint16_t{})));
+        break;
+      case DType::F16:
+        out.push_back(f16_to_f32(load(uint16_t{})));
+        break;
+      case DType::I32:
+        out.push_back(load(int32_t{}));
+        break;
+      case DType::I64:
+        out.push_back(double(load(int64_t{})));
+        break;
+      case DType::U8:
+        out.push_back(load(uint8_t{}));
+        break;
+      case DType::Bool:
+        out.push_back(load(uint8_t{}));
+        break;
+      default:
+        ADD_FAILURE() << "unexpected dtype";
     }
   }
   return out;
@@ -56,7 +73,8 @@ TEST(Safetensors, ReadsWhatThePythonPackageWrote) {
     EXPECT_EQ(entry->shape, shape) << name;
     const std::vector<double> values = values_as_double(file, *entry);
     ASSERT_EQ(values.size(), want["values"].size()) << name;
-    for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], want["values"][i].get<double>()) << name << i;
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_EQ(values[i], want["values"][i].get<double>()) << name << i;
   }
   EXPECT_EQ(file.find("bf16")->dtype, DType::BF16);
   EXPECT_EQ(file.find("bool")->dtype, DType::Bool);
@@ -83,7 +101,9 @@ TEST(Safetensors, RoundTripsEveryComputeDtype) {
   const SafetensorsFile file(dir.file("x.safetensors"));
   ASSERT_EQ(file.entries().size(), 4u);
   for (const auto& [name, tensor] : {std::pair<const char*, const Tensor*>{"a.f32", &f32},
-                                     {"b.bf16", &bf16}, {"c.i32", &i32}, {"d.i64", &i64}}) {
+                                     {"b.bf16", &bf16},
+                                     {"c.i32", &i32},
+                                     {"d.i64", &i64}}) {
     const SafetensorsEntry* entry = file.find(name);
     ASSERT_NE(entry, nullptr);
     EXPECT_EQ(entry->dtype, tensor->dtype());
@@ -150,34 +170,41 @@ INSTANTIATE_TEST_SUITE_P(
         MalformedCase{"trailing data", make_file(kGood, 20), "cover"},
         MalformedCase{"not json", make_file("{not json", 0), "not valid JSON"},
         MalformedCase{"not an object", make_file("[1,2]", 0), "not a JSON object"},
-        MalformedCase{"unknown dtype", make_file(R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})", 4),
+        MalformedCase{"unknown dtype",
+                      make_file(R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})", 4),
                       "unknown dtype"},
-        MalformedCase{"negative dim", make_file(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+        MalformedCase{"negative dim",
+                      make_file(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
                       "non-negative"},
-        MalformedCase{"overflowing shape",
-                      make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4),
-                      "overflows"},
-        MalformedCase{"size mismatch", make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+        MalformedCase{
+            "overflowing shape",
+            make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4),
+            "overflows"},
+        MalformedCase{"size mismatch",
+                      make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
                       "needs 12 bytes"},
-        MalformedCase{"reversed offsets", make_file(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4),
-                      "reversed"},
+        MalformedCase{"reversed offsets",
+                      make_file(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4), "reversed"},
         MalformedCase{"offset past end",
-                      make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[1000,1004]}})", 4), "past the"},
+                      make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[1000,1004]}})", 4),
+                      "past the"},
         MalformedCase{"overlap",
                       make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                 12),
                       "overlaps"},
-        MalformedCase{"hole",
-                      make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "hole"},
+        MalformedCase{"hole", make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+                      "hole"},
         MalformedCase{"duplicate name",
                       make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                 8),
                       "twice"},
-        MalformedCase{"missing offsets", make_file(R"({"w":{"dtype":"F32","shape":[1]}})", 4), "data_offsets"},
+        MalformedCase{"missing offsets", make_file(R"({"w":{"dtype":"F32","shape":[1]}})", 4),
+                      "data_offsets"},
         MalformedCase{"extra key",
-                      make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown key"},
+                      make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
+                      "unknown key"},
         MalformedCase{"bad metadata", make_file(R"({"__metadata__":{"a":1}})", 0), "strings"}),
     [](const auto& info) {
       std::string name = info.param.label;
@@ -232,7 +259,8 @@ TEST(WeightSet, WritesOneFileOrShardsAndReadsThemBack) {
 TEST(WeightSet, ReportsMissingAndInconsistentIndexes) {
   TempDir dir;
   EXPECT_THROW(WeightSet{dir.path()}, Error);
-  test::write_bytes(dir.file("model.safetensors.index.json"), R"({"weight_map": {"v": "model-1.safetensors"}})");
+  test::write_bytes(dir.file("model.safetensors.index.json"),
+                    R"({"weight_map": {"v": "model-1.safetensors"}})");
   test::write_bytes(dir.file("model-1.safetensors"), make_file(kGood, 16));
   try {
     WeightSet weights(dir.path());
@@ -240,7 +268,8 @@ TEST(WeightSet, ReportsMissingAndInconsistentIndexes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lacks"), std::string::npos) << e.what();
   }
-  test::write_bytes(dir.file("model.safetensors.index.json"), R"({"weight_map": {"w": "../escape.safetensors"}})");
+  test::write_bytes(dir.file("model.safetensors.index.json"),
+                    R"({"weight_map": {"w": "../escape.safetensors"}})");
   EXPECT_THROW(WeightSet{dir.path()}, Error);
 }
 

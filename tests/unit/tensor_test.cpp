@@ -37,8 +37,9 @@ TEST(Tensor, IsZeroFilledAndAligned) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::F64, DType::I8, DType::U8, DType::I16, DType::U16,
-                      DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool, DType::F8E4M3, DType::F8E5M2}) {
+  for (DType dtype :
+       {DType::F32, DType::BF16, DType::F16, DType::F64, DType::I8, DType::U8, DType::I16, DType::U16,
+        DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool, DType::F8E4M3, DType::F8E5M2}) {
     EXPECT_EQ(dtype_from_name(dtype_name(dtype)), dtype);
   }
   EXPECT_EQ(dtype_size(DType::BF16), 2u);

@@ -9,7 +9,9 @@
 
 namespace zaya::test {
 
-std::string fixture(const std::string& relative) { return std::string(ZAYA_FIXTURES_DIR) + "/" + relative; }
+std::string fixture(const std::string& relative) {
+  return std::string(ZAYA_FIXTURES_DIR) + "/" + relative;
+}
 
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "zaya_test_XXXXXX").string();

@@ -34,7 +34,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Sets the scores query i may not see (future, outside the window, padded) to -inf. The row holds keys
 // [k0, k0 + width).
-void mask_row(float* row, int64_t i, int64_t k0, int64_t width, const KeyRange& range, const float* key_mask) {
+void mask_row(float* row, int64_t i, int64_t k0, int64_t width, const KeyRange& range,
+              const float* key_mask) {
   const int64_t first = range.first(i);
 #pragma omp simd
   for (int64_t c = 0; c < width; ++c) {
@@ -55,9 +56,7 @@ void probabilities_from_lse(float* scores, int64_t i0, int64_t i1, int64_t k0, c
       continue;
     }
     mask_row(row, i, k0, width, range, key_mask);
-    const float shift = lse[i];
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) row[c] = vexp(row[c] - shift);
+    exp_shifted(row, width, lse[i], 1.0f, row);
   }
 }
 
@@ -83,34 +82,30 @@ void CpuOps::attention_forward(const float* q, const float* k, const float* v, c
         for (int64_t i = i0; i < i1; ++i) {
           float* row = scores + (i - i0) * width;
           mask_row(row, i, k0, width, range, mask);
-          float max = kNegInf;
-#pragma omp simd reduction(max : max)
-          for (int64_t c = 0; c < width; ++c) max = std::max(max, row[c]);
+          const float max = row_max(row, width);
           if (max == kNegInf) {  // a row that sees no key at all: zero output
             std::fill(row, row + width, 0.0f);
             row_lse[i] = kNegInf;
             continue;
           }
-          float sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < width; ++c) sum += row[c] = vexp(row[c] - max);
+          const float sum = exp_shifted(row, width, max, 1.0f, row);
           const float inv = 1.0f / sum;
 #pragma omp simd
           for (int64_t c = 0; c < width; ++c) row[c] *= inv;
           row_lse[i] = max + std::log(sum);
         }
-        gemm(Trans::No, Trans::No, i1 - i0, D, width, 1.0f, scores, width, v + ((b * S + k0) * KV + g) * D, KV * D,
-             0.0f, o + ((b * S + i0) * H + h) * D, H * D);
+        gemm(Trans::No, Trans::No, i1 - i0, D, width, 1.0f, scores, width, v + ((b * S + k0) * KV + g) * D,
+             KV * D, 0.0f, o + ((b * S + i0) * H + h) * D, H * D);
       }
     }
   }
 }
 
-// With P the probabilities and dO the output gradient: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)),
-// dQ = scale dS K, dK = scale dS^T Q. One task per (sequence, KV head) owns that head's dK and dV.
-void CpuOps::attention_backward(const float* q, const float* k, const float* v, const float* key_mask, const float* o,
-                                const float* lse, const float* dout, const AttentionShape& shape, float scale,
-                                float* dq, float* dk, float* dv) {
+// With P the probabilities and dO the output gradient: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o
+// O)), dQ = scale dS K, dK = scale dS^T Q. One task per (sequence, KV head) owns that head's dK and dV.
+void CpuOps::attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
+                                const float* o, const float* lse, const float* dout,
+                                const AttentionShape& shape, float scale, float* dq, float* dk, float* dv) {
   const int64_t S = shape.seq, H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
   const int64_t groups = H / KV, blocks = (S + kQueryBlock - 1) / kQueryBlock;
   const KeyRange range{shape.window};
@@ -140,7 +135,8 @@ void CpuOps::attention_backward(const float* q, const float* k, const float* v, 
           const float* v_blk = v + ((b * S + k0) * KV + g) * D;
           gemm(Trans::No, Trans::Yes, rows, width, D, scale, q_blk, H * D, k_blk, KV * D, 0.0f, probs, width);
           probabilities_from_lse(probs, i0, i1, k0, range, mask, row_lse);
-          gemm(Trans::No, Trans::Yes, rows, width, D, 1.0f, do_blk, H * D, v_blk, KV * D, 0.0f, dprobs, width);
+          gemm(Trans::No, Trans::Yes, rows, width, D, 1.0f, do_blk, H * D, v_blk, KV * D, 0.0f, dprobs,
+               width);
           for (int64_t r = 0; r < rows; ++r) {
             float dot = 0;
             for (int64_t i = 0; i < D; ++i) dot += do_blk[r * H * D + i] * o_blk[r * H * D + i];
@@ -156,8 +152,8 @@ void CpuOps::attention_backward(const float* q, const float* k, const float* v, 
                dq + ((b * S + i0) * H + h) * D, H * D);
           gemm(Trans::Yes, Trans::No, width, D, rows, scale, dprobs, width, q_blk, H * D, 1.0f,
                dk_g + k0 * KV * D, KV * D);
-          gemm(Trans::Yes, Trans::No, width, D, rows, 1.0f, probs, width, do_blk, H * D, 1.0f, dv_g + k0 * KV * D,
-               KV * D);
+          gemm(Trans::Yes, Trans::No, width, D, rows, 1.0f, probs, width, do_blk, H * D, 1.0f,
+               dv_g + k0 * KV * D, KV * D);
         }
       }
     }

@@ -22,15 +22,16 @@ void split_taps(const float* g_weight, int64_t channels, int64_t head_dim, int64
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t i = 0; i < head_dim; ++i) {
-      for (int64_t a = 0; a < k1; ++a) taps[(a * channels + c) * head_dim + i] = g_weight[(c * head_dim + i) * k1 + a];
+      for (int64_t a = 0; a < k1; ++a)
+        taps[(a * channels + c) * head_dim + i] = g_weight[(c * head_dim + i) * k1 + a];
     }
   }
 }
 
 }  // namespace
 
-void CpuOps::qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape, float* q_res,
-                             float* k_res) {
+void CpuOps::qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape,
+                             float* q_res, float* k_res) {
   const int64_t d = shape.head_dim, groups = shape.heads / shape.kv_heads;
   const float inv_groups = 1.0f / float(groups);
 #pragma omp parallel for schedule(static)
@@ -88,8 +89,8 @@ int64_t CpuOps::cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_
 }
 
 void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                              const float* dw_weight, const float* dw_bias, const float* g_weight, const float* g_bias,
-                              float* dw, float* out, float* scratch) {
+                              const float* dw_weight, const float* dw_bias, const float* g_weight,
+                              const float* g_bias, float* dw, float* out, float* scratch) {
   const int64_t d = shape.head_dim, groups = shape.heads + shape.kv_heads, channels = groups * d;
   const int64_t batch = shape.batch, seq = shape.seq, pad = (k0 - 1) + (k1 - 1), dw_len = seq + k1 - 1;
   float* taps = scratch;
@@ -116,7 +117,8 @@ void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t g = 0; g < groups; ++g) {
       float* o = out + b * seq * channels + g * d;
-      for (int64_t t = 0; t < seq; ++t) std::memcpy(o + t * channels, g_bias + g * d, size_t(d) * sizeof(float));
+      for (int64_t t = 0; t < seq; ++t)
+        std::memcpy(o + t * channels, g_bias + g * d, size_t(d) * sizeof(float));
       for (int64_t a = 0; a < k1; ++a) {
         gemm(Trans::No, Trans::Yes, seq, d, d, 1.0f, dw + (b * dw_len + a) * channels + g * d, channels,
              taps + (a * channels + g * d) * d, d, 1.0f, o, channels);
@@ -125,10 +127,10 @@ void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
   }
 }
 
-void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
-                               int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
-                               float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
-                               float* scratch) {
+void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout,
+                               const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
+                               const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
+                               float* d_g_weight, float* d_g_bias, float* scratch) {
   const int64_t d = shape.head_dim, groups = shape.heads + shape.kv_heads, channels = groups * d;
   const int64_t batch = shape.batch, seq = shape.seq, pad = (k0 - 1) + (k1 - 1), dw_len = seq + k1 - 1;
   float* taps = scratch;
@@ -172,14 +174,28 @@ void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
 
   // Depthwise: bias and weight gradients per channel, then dx[b, s] = sum_a w[a] * d_dw[b, s + pad - a].
   bias_backward(d_dw, batch * dw_len, channels, channels, d_dw_bias);
+  // d w[c, a] = sum over (b, j) of d_dw[b, j, c] * x[b, j + a - pad, c]: per block of channels, in order.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (channels + kBlock - 1) / kBlock;
+#pragma omp parallel for collapse(2) schedule(static)
   for (int64_t a = 0; a < k0; ++a) {
-    float* column = dw_weight_t + a * channels;
-    std::fill(column, column + channels, 0.0f);
-    reduce_columns(batch * dw_len, channels, column, [&](int64_t row, int64_t c) {
-      const int64_t b = row / dw_len, s = row % dw_len + a - pad;
-      return s < 0 || s >= seq ? 0.0f : d_dw[row * channels + c] * x[(b * seq + s) * channels + c];
-    });
-    for (int64_t c = 0; c < channels; ++c) d_dw_weight[c * k0 + a] += column[c];
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t c0 = block * kBlock, width = std::min(kBlock, channels - c0);
+      float sum[kBlock] = {};
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t j = std::max<int64_t>(0, pad - a); j < std::min(dw_len, seq + pad - a); ++j) {
+          const float* grad = d_dw + (b * dw_len + j) * channels + c0;
+          const float* input = x + (b * seq + j + a - pad) * channels + c0;
+#pragma omp simd
+          for (int64_t c = 0; c < width; ++c) sum[c] += grad[c] * input[c];
+        }
+      }
+      float* column = dw_weight_t + a * channels + c0;
+      for (int64_t c = 0; c < width; ++c) column[c] = sum[c];
+    }
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t a = 0; a < k0; ++a) d_dw_weight[c * k0 + a] += dw_weight_t[a * channels + c];
   }
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
@@ -216,18 +232,19 @@ void CpuOps::l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t
 
 // y = c x / n with n = max(|x|, floor), c = sqrt(D) * temp: dx = (c / n) (dy - x (x.dy) / |x|^2) while |x|
 // is above the floor, (c / floor) dy below it; dtemp = sum (sqrt(D) / n) x.dy.
-void CpuOps::l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows, int64_t heads,
-                             int64_t head_dim, const float* temp, float* dx, float* dtemp) {
+void CpuOps::l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows,
+                             int64_t heads, int64_t head_dim, const float* temp, float* dx, float* dtemp) {
   const float target = std::sqrt(float(head_dim));
   auto dot = [&](int64_t r) {
     float sum = 0;
     for (int64_t i = 0; i < head_dim; ++i) sum += x[r * head_dim + i] * dout[r * head_dim + i];
     return sum;
   };
-  if (temp) reduce_columns(rows, heads, dtemp, [&](int64_t row, int64_t h) {
-    const int64_t r = row * heads + h;
-    return target / norms[r] * dot(r);
-  });
+  if (temp)
+    reduce_columns(rows, heads, dtemp, [&](int64_t row, int64_t h) {
+      const int64_t r = row * heads + h;
+      return target / norms[r] * dot(r);
+    });
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows * heads; ++r) {
     const float* xr = x + r * head_dim;

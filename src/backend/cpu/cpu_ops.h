@@ -8,27 +8,28 @@ namespace zaya {
 
 class CpuOps final : public Ops {
  public:
-  void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
   void add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) override;
   void bias_backward(const float* dy, int64_t rows, int64_t n, int64_t ldy, float* dbias) override;
 
-  void embedding_forward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden, const float* bias,
-                         const float* scale, float* out) override;
-  void embedding_backward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden, const float* bias,
-                          const float* scale, const float* dout, int32_t skip_id, float* dtable, float* dbias,
-                          float* dscale) override;
+  void embedding_forward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden,
+                         const float* bias, const float* scale, float* out) override;
+  void embedding_backward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden,
+                          const float* bias, const float* scale, const float* dout, int32_t skip_id,
+                          float* dtable, float* dbias, float* dscale) override;
 
   void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y,
                        float* rstd) override;
   void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy, int64_t rows,
                         int64_t n, float* dx, bool accumulate, float* dweight) override;
   void residual_scale_forward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                              const float* r_bias, const float* r_scale, int64_t rows, int64_t n, float* out) override;
+                              const float* r_bias, const float* r_scale, int64_t rows, int64_t n,
+                              float* out) override;
   void residual_scale_backward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                               const float* r_bias, const float* r_scale, const float* dout, int64_t rows, int64_t n,
-                               float* dh, float* dr, float* dh_bias, float* dh_scale, float* dr_bias,
-                               float* dr_scale) override;
+                               const float* r_bias, const float* r_scale, const float* dout, int64_t rows,
+                               int64_t n, float* dh, float* dr, float* dh_bias, float* dh_scale,
+                               float* dr_bias, float* dr_scale) override;
 
   void gelu_forward(const float* x, int64_t count, float* y) override;
   void gelu_backward(const float* x, const float* dy, int64_t count, float* dx) override;
@@ -41,31 +42,32 @@ class CpuOps final : public Ops {
   void delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n, float* dsrc,
                       float* dfirst) override;
   void add_scaled(const float* x, const float* scale, int64_t rows, int64_t n, float* y) override;
-  void add_scaled_backward(const float* x, const float* scale, const float* dy, int64_t rows, int64_t n, float* dx,
-                           float* dscale) override;
+  void add_scaled_backward(const float* x, const float* scale, const float* dy, int64_t rows, int64_t n,
+                           float* dx, float* dscale) override;
 
   void qk_mean_forward(const float* qk, int64_t tokens, int64_t ld, const AttentionShape& shape, float* q_res,
                        float* k_res) override;
   void qk_mean_backward(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
                         const AttentionShape& shape, float* dqk) override;
-  void cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
-                        const float* dw_bias, const float* g_weight, const float* g_bias, float* dw, float* out,
-                        float* scratch) override;
-  void cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape, int64_t k0,
-                         int64_t k1, const float* dw_weight, const float* g_weight, float* dx, float* d_dw_weight,
-                         float* d_dw_bias, float* d_g_weight, float* d_g_bias, float* scratch) override;
+  void cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
+                        const float* dw_weight, const float* dw_bias, const float* g_weight,
+                        const float* g_bias, float* dw, float* out, float* scratch) override;
+  void cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
+                         int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
+                         float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
+                         float* scratch) override;
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override;
-  void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp, float* out,
-                      float* norms) override;
+  void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp,
+                      float* out, float* norms) override;
   void l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows, int64_t heads,
                        int64_t head_dim, const float* temp, float* dx, float* dtemp) override;
   void rope(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             const float* cos, const float* sin, bool inverse) override;
   void attention_forward(const float* q, const float* k, const float* v, const float* key_mask,
                          const AttentionShape& shape, float scale, float* o, float* lse) override;
-  void attention_backward(const float* q, const float* k, const float* v, const float* key_mask, const float* o,
-                          const float* lse, const float* dout, const AttentionShape& shape, float scale, float* dq,
-                          float* dk, float* dv) override;
+  void attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
+                          const float* o, const float* lse, const float* dout, const AttentionShape& shape,
+                          float scale, float* dq, float* dk, float* dv) override;
 
   void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
                   int32_t* choice, float* gate) override;
@@ -80,10 +82,11 @@ class CpuOps final : public Ops {
   void gather_dot(const float* a, const int32_t* order, const float* b, int64_t count, int64_t n,
                   float* out) override;
   void swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) override;
-  void swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n, float* dgate_up) override;
+  void swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
+                       float* dgate_up) override;
 
-  double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab, float grad_scale,
-                       float* dlogits) override;
+  double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
+                       float grad_scale, float* dlogits) override;
 };
 
 // Sums over rows into acc[n] in a fixed order per column, in parallel over blocks of columns, so the result

@@ -13,7 +13,6 @@ namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-
 }  // namespace
 
 void CpuOps::embedding_forward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden,
@@ -30,7 +29,8 @@ void CpuOps::embedding_forward(const int32_t* ids, int64_t tokens, const float* 
 void CpuOps::embedding_backward(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden,
                                 const float* bias, const float* scale, const float* dout, int32_t skip_id,
                                 float* dtable, float* dbias, float* dscale) {
-  reduce_columns(tokens, hidden, dbias, [&](int64_t t, int64_t j) { return dout[t * hidden + j] * scale[j]; });
+  reduce_columns(tokens, hidden, dbias,
+                 [&](int64_t t, int64_t j) { return dout[t * hidden + j] * scale[j]; });
   reduce_columns(tokens, hidden, dscale, [&](int64_t t, int64_t j) {
     return dout[t * hidden + j] * (table[int64_t(ids[t]) * hidden + j] + bias[j]);
   });
@@ -48,8 +48,8 @@ void CpuOps::embedding_backward(const int32_t* ids, int64_t tokens, const float*
   }
 }
 
-void CpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y,
-                             float* rstd) {
+void CpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                             float* y, float* rstd) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -66,9 +66,10 @@ void CpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, 
 
 // y = w * x * rstd, rstd = (mean(x^2) + eps)^-1/2:
 // dx = rstd * (w * dy) - x * rstd^3 / n * sum(w * dy * x).
-void CpuOps::rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy, int64_t rows,
-                              int64_t n, float* dx, bool accumulate, float* dweight) {
-  reduce_columns(rows, n, dweight, [&](int64_t r, int64_t j) { return dy[r * n + j] * x[r * n + j] * rstd[r]; });
+void CpuOps::rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                              int64_t rows, int64_t n, float* dx, bool accumulate, float* dweight) {
+  reduce_columns(rows, n, dweight,
+                 [&](int64_t r, int64_t j) { return dy[r * n + j] * x[r * n + j] * rstd[r]; });
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -89,7 +90,8 @@ void CpuOps::rmsnorm_backward(const float* x, const float* weight, const float* 
 }
 
 void CpuOps::residual_scale_forward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                                    const float* r_bias, const float* r_scale, int64_t rows, int64_t n, float* out) {
+                                    const float* r_bias, const float* r_scale, int64_t rows, int64_t n,
+                                    float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
 #pragma omp simd
@@ -100,14 +102,16 @@ void CpuOps::residual_scale_forward(const float* h, const float* r, const float*
   }
 }
 
-void CpuOps::residual_scale_backward(const float* h, const float* r, const float* h_bias, const float* h_scale,
-                                     const float* r_bias, const float* r_scale, const float* dout, int64_t rows,
-                                     int64_t n, float* dh, float* dr, float* dh_bias, float* dh_scale, float* dr_bias,
-                                     float* dr_scale) {
+void CpuOps::residual_scale_backward(const float* h, const float* r, const float* h_bias,
+                                     const float* h_scale, const float* r_bias, const float* r_scale,
+                                     const float* dout, int64_t rows, int64_t n, float* dh, float* dr,
+                                     float* dh_bias, float* dh_scale, float* dr_bias, float* dr_scale) {
   reduce_columns(rows, n, dh_bias, [&](int64_t i, int64_t j) { return dout[i * n + j] * h_scale[j]; });
-  reduce_columns(rows, n, dh_scale, [&](int64_t i, int64_t j) { return dout[i * n + j] * (h[i * n + j] + h_bias[j]); });
+  reduce_columns(rows, n, dh_scale,
+                 [&](int64_t i, int64_t j) { return dout[i * n + j] * (h[i * n + j] + h_bias[j]); });
   reduce_columns(rows, n, dr_bias, [&](int64_t i, int64_t j) { return dout[i * n + j] * r_scale[j]; });
-  reduce_columns(rows, n, dr_scale, [&](int64_t i, int64_t j) { return dout[i * n + j] * (r[i * n + j] + r_bias[j]); });
+  reduce_columns(rows, n, dr_scale,
+                 [&](int64_t i, int64_t j) { return dout[i * n + j] * (r[i * n + j] + r_bias[j]); });
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
 #pragma omp simd
@@ -160,8 +164,8 @@ void CpuOps::copy_rows(const float* src, int64_t ld_src, int64_t rows, int64_t n
   }
 }
 
-void CpuOps::delay_forward(const float* src, const float* first, int64_t batch, int64_t seq, int64_t n, float* dst,
-                           int64_t ld_dst) {
+void CpuOps::delay_forward(const float* src, const float* first, int64_t batch, int64_t seq, int64_t n,
+                           float* dst, int64_t ld_dst) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t s = 0; s < seq; ++s) {
@@ -171,8 +175,8 @@ void CpuOps::delay_forward(const float* src, const float* first, int64_t batch, 
   }
 }
 
-void CpuOps::delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n, float* dsrc,
-                            float* dfirst) {
+void CpuOps::delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n,
+                            float* dsrc, float* dfirst) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t s = 0; s < seq; ++s) {
@@ -184,7 +188,8 @@ void CpuOps::delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, i
       }
     }
   }
-  if (dfirst) reduce_columns(batch, n, dfirst, [&](int64_t b, int64_t j) { return ddst[b * seq * ld_ddst + j]; });
+  if (dfirst)
+    reduce_columns(batch, n, dfirst, [&](int64_t b, int64_t j) { return ddst[b * seq * ld_ddst + j]; });
 }
 
 void CpuOps::add_scaled(const float* x, const float* scale, int64_t rows, int64_t n, float* y) {
@@ -205,30 +210,40 @@ void CpuOps::add_scaled_backward(const float* x, const float* scale, const float
   }
 }
 
+// Eight columns at a time; a row's tail is padded with zeros, which stay finite through the math.
+template <class Body>
+void for_each_lane_block(int64_t n, const Body& body) {
+  for (int64_t j = 0; j < n; j += 8) body(j, std::min<int64_t>(8, n - j));
+}
+
 void CpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = gate_up + r * 2 * n;
     const float* up = gate + n;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) out[r * n + j] = gate[j] * vsigmoid(gate[j]) * up[j];
+    for_each_lane_block(n, [&](int64_t j, int64_t width) {
+      const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
+      store_partial(out + r * n + j, g * vsigmoid(g) * u, width);
+    });
   }
 }
 
-void CpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n, float* dgate_up) {
+// out = silu(g) u: d up = d silu(g), d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))).
+void CpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
+                             float* dgate_up) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = gate_up + r * 2 * n;
     const float* up = gate + n;
     float* dgate = dgate_up + r * 2 * n;
     float* dup = dgate + n;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      const float sig = vsigmoid(gate[j]);
-      const float d = dout[r * n + j];
-      dup[j] = d * gate[j] * sig;
-      dgate[j] = d * up[j] * sig * (1.0f + gate[j] * (1.0f - sig));
-    }
+    for_each_lane_block(n, [&](int64_t j, int64_t width) {
+      const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
+      const Float8 d = load_partial(dout + r * n + j, width, 0.0f);
+      const Float8 sig = vsigmoid(g);
+      store_partial(dup + j, d * g * sig, width);
+      store_partial(dgate + j, d * u * sig * (1.0f + g * (1.0f - sig)), width);
+    });
   }
 }
 

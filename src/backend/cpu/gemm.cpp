@@ -17,8 +17,8 @@ void CpuOps::gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
     return;
   }
   const dnnl_status_t status =
-      dnnl_sgemm(trans_a == Trans::Yes ? 'T' : 'N', trans_b == Trans::Yes ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                 beta, c, ldc);
+      dnnl_sgemm(trans_a == Trans::Yes ? 'T' : 'N', trans_b == Trans::Yes ? 'T' : 'N', m, n, k, alpha, a, lda,
+                 b, ldb, beta, c, ldc);
   if (status != dnnl_success) throw Error(cat("oneDNN sgemm failed with status ", int(status)));
 }
 

@@ -28,16 +28,11 @@ double CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t
       if (dz) std::fill(dz, dz + vocab, 0.0f);
       continue;
     }
-    const float max = *std::max_element(z, z + vocab);
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < vocab; ++j) sum += vexp(z[j] - max);
-    const double log_sum = std::log(double(sum)) + max;
+    const float max = row_max(z, vocab);
+    const double log_sum = std::log(double(exp_shifted(z, vocab, max, 0.0f, nullptr))) + max;
     row_loss[r] = log_sum - z[labels[r]];
     if (dz) {
-      const float shift = float(log_sum);
-#pragma omp simd
-      for (int64_t j = 0; j < vocab; ++j) dz[j] = grad_scale * vexp(z[j] - shift);
+      exp_shifted(z, vocab, float(log_sum), grad_scale, dz);  // the loss above has read z, which dz may alias
       dz[labels[r]] -= grad_scale;
     }
   }

@@ -9,8 +9,8 @@
 
 namespace zaya {
 
-void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
-                        int32_t* choice, float* gate) {
+void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes,
+                        float* probs, int32_t* choice, float* gate) {
   const int64_t skip = routes - 1;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -30,8 +30,8 @@ void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens
 }
 
 // gate = p[c]: dz[e] = dgate * p[c] * (delta(e, c) - p[e]).
-void CpuOps::route_top1_backward(const float* probs, const int32_t* choice, const float* dgate, int64_t tokens,
-                                 int64_t routes, float* dlogits) {
+void CpuOps::route_top1_backward(const float* probs, const int32_t* choice, const float* dgate,
+                                 int64_t tokens, int64_t routes, float* dlogits) {
   const int64_t skip = routes - 1;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -78,8 +78,8 @@ void CpuOps::gather_rows(const float* src, const int32_t* order, const float* sc
   }
 }
 
-void CpuOps::scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                          bool accumulate, float* dst) {
+void CpuOps::scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count,
+                          int64_t n, bool accumulate, float* dst) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) {
     float* row = dst + int64_t(order[i]) * n;
@@ -95,7 +95,8 @@ void CpuOps::scatter_rows(const float* src, const int32_t* order, const float* s
   }
 }
 
-void CpuOps::gather_dot(const float* a, const int32_t* order, const float* b, int64_t count, int64_t n, float* out) {
+void CpuOps::gather_dot(const float* a, const int32_t* order, const float* b, int64_t count, int64_t n,
+                        float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) {
     const float* x = a + int64_t(order[i]) * n;

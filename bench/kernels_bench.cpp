@@ -1,0 +1,78 @@
+// Micro-benchmarks of the CPU backend's kernels at the shapes of the `small` preset (Google Benchmark).
+// Run: build/bench/zaya_kernels_bench [--benchmark_filter=...]
+
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/rng.h"
+
+namespace zaya {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint64_t stream) {
+  const RandomStream rng(3, RngPurpose::Test, stream);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = rng.normal(i);
+  return out;
+}
+
+void BM_CrossEntropy(benchmark::State& state) {
+  const int64_t rows = state.range(0), vocab = state.range(1);
+  std::vector<float> logits = random_floats(size_t(rows * vocab), 1), grads(logits.size());
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = int32_t((r * 7919) % vocab);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        cpu_ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 1.0f, grads.data()));
+  }
+  state.SetItemsProcessed(state.iterations() * rows * vocab);
+}
+BENCHMARK(BM_CrossEntropy)->Args({1024, 8192})->Unit(benchmark::kMillisecond);
+
+void BM_Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool trans_a = state.range(3);
+  std::vector<float> a = random_floats(size_t(m * k), 1), b = random_floats(size_t(k * n), 2),
+                     c(size_t(m * n));
+  for (auto _ : state) {
+    cpu_ops().gemm(trans_a ? Trans::Yes : Trans::No, Trans::No, m, n, k, 1.0f, a.data(), trans_a ? m : k,
+                   b.data(), n, 0.0f, c.data(), n);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+// Forward projections [T, H] x [H, out], weight gradients [out, T] x [T, H], and square.
+BENCHMARK(BM_Gemm)
+    ->Args({8192, 256, 256, 0})
+    ->Args({256, 256, 8192, 1})
+    ->Args({1024, 512, 256, 0})
+    ->Args({8192, 8192, 256, 0})
+    ->Args({1024, 1024, 1024, 0})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Attention(benchmark::State& state) {
+  const AttentionShape shape{16, 512, 4, 2, 64, 0};
+  const int64_t qn = 16 * 512 * 4 * 64, kn = 16 * 512 * 2 * 64;
+  std::vector<float> q = random_floats(size_t(qn), 1), k = random_floats(size_t(kn), 2),
+                     v = random_floats(size_t(kn), 3);
+  std::vector<float> o(static_cast<size_t>(qn)), lse(16 * 4 * 512), dq(static_cast<size_t>(qn)),
+      dk(static_cast<size_t>(kn)), dv(static_cast<size_t>(kn));
+  const bool backward = state.range(0);
+  cpu_ops().attention_forward(q.data(), k.data(), v.data(), nullptr, shape, 0.125f, o.data(), lse.data());
+  for (auto _ : state) {
+    if (backward) {
+      cpu_ops().attention_backward(q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(), o.data(),
+                                   shape, 0.125f, dq.data(), dk.data(), dv.data());
+    } else {
+      cpu_ops().attention_forward(q.data(), k.data(), v.data(), nullptr, shape, 0.125f, o.data(), lse.data());
+    }
+  }
+}
+BENCHMARK(BM_Attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace zaya
+
+BENCHMARK_MAIN();

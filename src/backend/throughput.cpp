@@ -1,0 +1,33 @@
+#include "backend/throughput.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/buffer.h"
+#include "core/rng.h"
+
+namespace zaya {
+
+double measure_gemm_flops(Ops& ops, int64_t size, int repeats) {
+  const size_t n = size_t(size * size);
+  AlignedBuffer a(n * sizeof(float)), b(n * sizeof(float)), c(n * sizeof(float));
+  const RandomStream rng(1, RngPurpose::Test, 0);
+  for (size_t i = 0; i < n; ++i) {
+    a.as<float>()[i] = rng.uniform(i);
+    b.as<float>()[i] = rng.uniform(n + i);
+  }
+  std::vector<double> seconds;
+  for (int run = 0; run <= repeats; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    ops.gemm(Trans::No, Trans::No, size, size, size, 1.0f, a.as<float>(), size, b.as<float>(), size, 0.0f,
+             c.as<float>(), size);
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    if (run > 0) seconds.push_back(elapsed.count());  // run 0 warms caches and oneDNN's kernel selection
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + long(seconds.size() / 2), seconds.end());
+  return 2.0 * double(size) * double(size) * double(size) / seconds[seconds.size() / 2];
+}
+
+}  // namespace zaya

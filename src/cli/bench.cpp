@@ -1,0 +1,107 @@
+// `zaya bench step`: forward+backward tokens/s and MFU against the sgemm throughput measured in the same
+// run on the same machine.
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "backend/ops.h"
+#include "backend/throughput.h"
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "model/model_io.h"
+#include "model/model_stats.h"
+#include "model/zaya_model.h"
+
+namespace zaya::cli {
+namespace {
+
+struct StepArgs {
+  ModelSource source;
+  int64_t batch = 16, seq = 512;
+  int steps = 5;
+  bool json = false;
+};
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + long(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+void run_step_bench(const StepArgs& args) {
+  LoadedModel model;
+  if (!args.source.model_dir.empty()) {
+    model = load_model(args.source.model_dir);
+  } else {
+    model.config = args.source.config();
+    model.params = std::make_unique<ParameterStore>(model_dims(model.config));
+    init_parameters(*model.params, model.config.initializer_range, 0);
+  }
+  const ModelDims& dims = model.params->dims();
+  const int64_t tokens = args.batch * args.seq;
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  const RandomStream rng(0, RngPurpose::Test, 0);
+  for (int64_t t = 0; t < tokens; ++t) ids[size_t(t)] = int32_t(rng.bits(uint64_t(t)) % uint32_t(dims.vocab));
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
+  const Batch batch{ids.data(), labels.data(), nullptr, args.batch, args.seq};
+
+  Ops& ops = cpu_ops();
+  const double gemm_flops = measure_gemm_flops(ops);
+  ZayaModel zaya(*model.params, ops);
+  std::vector<double> seconds;
+  for (int step = 0; step <= args.steps; ++step) {
+    model.params->zero_grads();
+    const auto start = std::chrono::steady_clock::now();
+    zaya.forward_backward(batch, 1.0f / float(tokens));
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    if (step > 0) seconds.push_back(elapsed.count());  // step 0 sizes the arenas
+  }
+  const double step_seconds = median(seconds);
+  const ModelStats stats = model_stats(model.params->table(), dims, args.seq);
+  const double tokens_per_second = double(tokens) / step_seconds;
+  const double model_flops = stats.training_flops_per_token * tokens_per_second;
+  const double mfu = model_flops / gemm_flops;
+  if (args.json) {
+    const nlohmann::json out = {{"source", args.source.describe()},
+                                {"batch", args.batch},
+                                {"seq", args.seq},
+                                {"threads", num_threads()},
+                                {"steps", args.steps},
+                                {"step_seconds", step_seconds},
+                                {"tokens_per_second", tokens_per_second},
+                                {"model_flops", model_flops},
+                                {"gemm_flops", gemm_flops},
+                                {"mfu", mfu}};
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  std::printf("%s: batch %lld x %lld = %lld tokens, %d threads\n", args.source.describe().c_str(),
+              (long long)args.batch, (long long)args.seq, (long long)tokens, num_threads());
+  std::printf("sgemm 1024^3: %.1f GFLOP/s (median of 15)\n", gemm_flops / 1e9);
+  std::printf(
+      "forward+backward: %.3f s/step (median of %d), %.0f tokens/s, %.1f GFLOP/s of model FLOPs, MFU "
+      "%.1f%%\n",
+      step_seconds, args.steps, tokens_per_second, model_flops / 1e9, 100 * mfu);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "measure speed");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<StepArgs>();
+  CLI::App* step = bench->add_subcommand("step", "forward+backward tokens/s and MFU of a model");
+  args->source.add_options(*step, true, true);
+  step->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber);
+  step->add_option("--seq", args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
+  step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(CLI::PositiveNumber);
+  step->add_flag("--json", args->json, "print one JSON line");
+  step->callback([args] { run_step_bench(*args); });
+}
+
+}  // namespace zaya::cli

@@ -1,0 +1,51 @@
+// `zaya init (--config FILE | --preset NAME) --out DIR [--seed S] [--dtype float32|bfloat16]`: a randomly
+// initialised model directory, initialised as transformers' _init_weights does.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "core/error.h"
+#include "model/model_io.h"
+
+namespace zaya::cli {
+namespace {
+
+struct InitArgs {
+  ModelSource source;
+  std::string out, dtype = "float32";
+  uint64_t seed = 0;
+  bool force = false;
+};
+
+void run_init(const InitArgs& args) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(args.out) / "config.json") && !args.force) {
+    throw Error("already holds a model; pass --force to overwrite it").file(args.out);
+  }
+  const ZayaConfig config = args.source.config();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, config.initializer_range, args.seed);
+  save_model(config, params, args.out, {args.dtype});
+  std::printf("initialised %s (seed %llu) into %s\n", args.source.describe().c_str(),
+              (unsigned long long)args.seed, args.out.c_str());
+}
+
+}  // namespace
+
+void add_init_command(CLI::App& app) {
+  auto args = std::make_shared<InitArgs>();
+  CLI::App* command = app.add_subcommand("init", "write a randomly initialised model directory");
+  args->source.add_options(*command, true, false);
+  command->add_option("--out", args->out, "the model directory to write")->required();
+  command->add_option("--seed", args->seed, "random seed");
+  command->add_option("--dtype", args->dtype, "weight dtype on disk")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  command->add_flag("--force", args->force, "overwrite a model already in --out");
+  command->callback([args] { run_init(*args); });
+}
+
+}  // namespace zaya::cli

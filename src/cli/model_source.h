@@ -1,0 +1,23 @@
+#pragma once
+// Where a command gets its model shape from: a named preset, a config.json file, or a model directory.
+
+#include <string>
+
+#include "io/hf_config.h"
+
+namespace CLI {
+class App;
+}
+
+namespace zaya::cli {
+
+struct ModelSource {
+  std::string preset, config_file, model_dir;
+
+  // Adds --preset and, when asked, --config and --model, exactly one of which must be given.
+  void add_options(CLI::App& command, bool allow_config, bool allow_model);
+  ZayaConfig config() const;
+  std::string describe() const;  // "preset small", "model runs/x", ...
+};
+
+}  // namespace zaya::cli

@@ -1,0 +1,230 @@
+// The model's contracts beyond matching the reference: initialisation, model directories, determinism,
+// a training step that allocates nothing after warm-up, parameter counts, bad input.
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/safetensors_index.h"
+#include "model/model_io.h"
+#include "model/model_stats.h"
+#include "model/zaya_model.h"
+#include "unit/test_util.h"
+
+namespace zaya {
+namespace {
+
+ZayaConfig tiny() {
+  return preset_config("tiny");
+}
+
+std::vector<int32_t> random_ids(int64_t count, int64_t vocab, uint64_t stream) {
+  const RandomStream rng(5, RngPurpose::Test, stream);
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ids[size_t(i)] = int32_t(rng.bits(uint64_t(i)) % uint32_t(vocab));
+  return ids;
+}
+
+TEST(ModelInit, FollowsTransformersInitWeights) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, config.initializer_range, 3);
+  for (const ParamInfo& p : params.table().params()) {
+    const float* v = params.value(p);
+    double sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      sum += v[i];
+      sum_sq += double(v[i]) * v[i];
+    }
+    switch (p.role) {
+      case ParamRole::Embedding:
+      case ParamRole::AttentionWeight:
+      case ParamRole::ExpertWeight:
+      case ParamRole::ConvWeight:
+      case ParamRole::RouterWeight:
+        if (p.numel() >= 4096) {
+          EXPECT_NEAR(std::sqrt(sum_sq / double(p.numel())), config.initializer_range,
+                      0.1 * config.initializer_range)
+              << p.name;
+          EXPECT_NEAR(sum / double(p.numel()), 0.0, 0.1 * config.initializer_range) << p.name;
+        }
+        break;
+      case ParamRole::Norm:
+      case ParamRole::ResidualScale:
+      case ParamRole::InputScale:
+      case ParamRole::RouterStatesScale:
+        EXPECT_EQ(sum, double(p.numel())) << p.name;
+        EXPECT_EQ(sum_sq, double(p.numel())) << p.name;
+        break;
+      case ParamRole::BalancingBias:
+        EXPECT_EQ(v[p.numel() - 1], -1.0f) << p.name;
+        EXPECT_EQ(sum_sq, 1.0) << p.name;
+        break;
+      default:  // biases and key temperatures start at zero
+        EXPECT_EQ(sum_sq, 0.0) << p.name;
+    }
+  }
+  const float* embed = params.value(params.table().at("model.embed_tokens.weight"));
+  for (int64_t j = 0; j < config.hidden_size; ++j) EXPECT_EQ(embed[j], 0.0f);  // padding row 0
+}
+
+TEST(ModelInit, DoesNotDependOnTheThreadCount) {
+  const ZayaConfig config = tiny();
+  ParameterStore one(model_dims(config)), two(model_dims(config));
+  omp_set_num_threads(1);
+  init_parameters(one, 0.02, 11);
+  omp_set_num_threads(2);
+  init_parameters(two, 0.02, 11);
+  EXPECT_EQ(std::memcmp(one.values(), two.values(), size_t(one.table().total_floats()) * 4), 0);
+  ParameterStore other(model_dims(config));
+  init_parameters(other, 0.02, 12);
+  EXPECT_NE(std::memcmp(one.values(), other.values(), size_t(one.table().total_floats()) * 4), 0);
+}
+
+TEST(ModelDirectory, RoundTripsInFloat32AndBfloat16AndShards) {
+  test::TempDir dir;
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.02, 1);
+  save_model(config, params, dir.file("f32"));
+  LoadedModel back = load_model(dir.file("f32"));
+  EXPECT_EQ(std::memcmp(back.params->values(), params.values(), size_t(params.table().total_floats()) * 4),
+            0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("f32/generation_config.json")));
+  EXPECT_EQ(back.config.hidden_size, config.hidden_size);
+  EXPECT_EQ(back.config.layer_types, config.layer_types);
+
+  save_model(config, params, dir.file("bf16"), {"bfloat16", size_t(1) << 16});
+  EXPECT_TRUE(std::filesystem::exists(dir.file("bf16/model.safetensors.index.json")));
+  back = load_model(dir.file("bf16"));
+  EXPECT_EQ(back.config.dtype, "bfloat16");
+  for (const ParamInfo& p : params.table().params()) {
+    const float* want = params.value(p);
+    const float* got = back.params->value(p);
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(got[i], bf16_to_f32(f32_to_bf16(want[i]))) << p.name;
+  }
+}
+
+class ModelDirectoryErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = tiny();
+    params_ = std::make_unique<ParameterStore>(model_dims(config_));
+    init_parameters(*params_, 0.02, 1);
+  }
+  // Writes the model with `edit` applied to its tensor list, then expects load_model to name `fragment`.
+  void expect_load_error(const std::function<void(std::vector<std::pair<std::string, TensorView>>&)>& edit,
+                         const std::string& fragment) {
+    save_model(config_, *params_, dir_.path());
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (const ParamInfo& p : params_->table().params()) tensors.emplace_back(p.name, params_->value_view(p));
+    edit(tensors);
+    write_weight_set(dir_.path(), tensors, size_t(1) << 30, {});
+    try {
+      load_model(dir_.path());
+      FAIL() << "loaded a broken model, expected: " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+  test::TempDir dir_;
+  ZayaConfig config_;
+  std::unique_ptr<ParameterStore> params_;
+};
+
+TEST_F(ModelDirectoryErrors, NameTheTensor) {
+  expect_load_error([](auto& t) { t.erase(t.begin() + 3); }, "lacks this parameter");
+  expect_load_error(
+      [](auto& t) {
+        t[0].second.shape = Shape{t[0].second.shape[0] / 2, t[0].second.shape[1]};
+      },
+      "tensor 'model.embed_tokens.weight': shape");
+  int32_t ints[4] = {};
+  expect_load_error(
+      [&](auto& t) {
+        t.emplace_back("model.extra.weight", TensorView{ints, DType::F32, {4}});
+      },
+      "tensor 'model.extra.weight'");
+  expect_load_error([&](auto& t) { t.back().second.dtype = DType::I32; }, "is not supported");
+  test::write_bytes(dir_.file("config.json"), "{\"num_hidden_layers\": \"two\"}");
+  EXPECT_THROW(load_model(dir_.path()), Error);
+}
+
+TEST(ZayaModel, TrainingStepIsDeterministicAndAllocatesNothingAfterWarmUp) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.02, 2);
+  const int64_t B = 3, S = 40;
+  const std::vector<int32_t> ids = random_ids(B * S, config.vocab_size, 0);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), B, S);
+  ZayaModel model(params, cpu_ops());
+  const Batch batch{ids.data(), labels.data(), nullptr, B, S};
+
+  std::vector<float> first;
+  size_t allocations_after_warm_up = 0;
+  for (int step = 0; step < 4; ++step) {
+    params.zero_grads();
+    const ForwardResult result = model.forward_backward(batch, 1.0f / float(B * (S - 1)));
+    EXPECT_TRUE(std::isfinite(result.loss_sum));
+    const std::vector<float> grads(params.grads(), params.grads() + params.table().total_floats());
+    if (step == 0) first = grads;
+    EXPECT_EQ(std::memcmp(grads.data(), first.data(), grads.size() * 4), 0) << "step " << step;
+    if (step == 1) allocations_after_warm_up = model.arena_allocations();
+  }
+  EXPECT_EQ(model.arena_allocations(), allocations_after_warm_up);
+}
+
+TEST(ZayaModel, ForwardAloneGivesTheSameLossAndLeavesGradientsAlone) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.02, 2);
+  const std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+  ZayaModel model(params, cpu_ops());
+  params.zero_grads();
+  const double inference = model.forward({ids.data(), labels.data(), nullptr, 2, 17}).loss_sum;
+  for (int64_t i = 0; i < params.table().total_floats(); ++i) ASSERT_EQ(params.grads()[i], 0.0f);
+  const double training = model.forward_backward({ids.data(), labels.data(), nullptr, 2, 17}, 1.0f).loss_sum;
+  EXPECT_EQ(inference, training);
+  // At initialisation the model is close to uniform over the vocabulary.
+  EXPECT_NEAR(inference / (2 * 16), std::log(double(config.vocab_size)), 0.05);
+}
+
+TEST(ZayaModel, RejectsTokensOutsideTheVocabulary) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  ZayaModel model(params, cpu_ops());
+  std::vector<int32_t> ids = {1, 2, int32_t(config.vocab_size)};
+  EXPECT_THROW(model.forward({ids.data(), nullptr, nullptr, 1, 3}), Error);
+  ids[2] = -1;
+  EXPECT_THROW(model.forward({ids.data(), nullptr, nullptr, 1, 3}), Error);
+}
+
+// The published ZAYA1-base figures: 8.3B parameters of which 760M active, plus the 537M tied embedding.
+TEST(ModelStats, Zaya1BaseCountsMatchTheArithmetic) {
+  const ModelDims d = model_dims(preset_config("zaya1-base"));
+  const int64_t H = 2048, L = 40, q = 8 * 128, kv = 2 * 128, C = q + kv, R = 256, E = 16, I = 2048,
+                V = 262272;
+  const int64_t attention = H * q + H * kv + H * kv + q * H + (C * 2 + C) + (C * 128 * 2 + C) + 2;
+  const int64_t router = (R * H + R) + (R * R + R) * 2 + R + (E + 1) * R;  // + router_states_scale below
+  const int64_t experts = E * (2 * I * H + H * I);
+  const int64_t norms_and_scales = 2 * H + 8 * H;
+  const int64_t per_layer = attention + router + experts + norms_and_scales;
+  const int64_t non_embedding = L * per_layer + (L - 1) * R + 3 * H;  // final norm, input scale and bias
+  const ModelStats stats = model_stats(ParameterTable(d), d, 4096);
+  EXPECT_EQ(stats.embedding, V * H);
+  EXPECT_EQ(stats.non_embedding, non_embedding);
+  EXPECT_EQ(stats.active_non_embedding, non_embedding - L * (E - 1) * 3 * I * H);
+  EXPECT_NEAR(double(stats.non_embedding) / 1e9, 8.3, 0.05);
+  EXPECT_NEAR(double(stats.active_non_embedding) / 1e9, 0.76, 0.01);
+  EXPECT_NEAR(double(stats.total) / 1e9, 8.84, 0.01);
+}
+
+}  // namespace
+}  // namespace zaya
