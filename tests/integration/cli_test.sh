@@ -38,5 +38,21 @@ check "missing file" 1 "cannot open" -- "$zaya" inspect "$tmp/none.safetensors"
 lines=$("$zaya" inspect "$tmp/bad.safetensors" 2>&1 | wc -l)
 [ "$lines" -eq 1 ] || { echo "FAIL: error is $lines lines, want 1"; failures=$((failures + 1)); }
 
-echo "$((12 - failures)) passed, $failures failed"
+check "info zaya1-base" 0 "8303355728" -- "$zaya" info --preset zaya1-base
+check "info needs one source" 2 "exactly one" -- "$zaya" info
+check "info bad preset" 1 "unknown preset 'huge'" -- "$zaya" info --preset huge
+check "init" 0 "initialised" -- "$zaya" init --preset tiny --out "$tmp/tiny" --seed 3
+check "init refuses to overwrite" 1 "--force" -- "$zaya" init --preset tiny --out "$tmp/tiny"
+check "init from a config" 0 "initialised" -- "$zaya" init --config "$fixtures/io/config_transformers.json" --out "$tmp/c"
+check "forward on the transformers fixture" 0 "loss" -- "$zaya" forward --model "$fixtures/model/odd" \
+  --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/out.safetensors" --grads
+check "forward output" 0 "grad.model.norm.weight" -- "$zaya" inspect "$tmp/out.safetensors"
+check "forward without input_ids" 1 "no input_ids" -- "$zaya" forward --model "$tmp/tiny" \
+  --input "$fixtures/io/python_written.safetensors" --output "$tmp/x.safetensors"
+check "forward with ids past the vocabulary" 1 "outside the vocabulary" -- "$zaya" forward --model "$fixtures/model/basic" \
+  --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/x.safetensors"
+check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
+
+total=$(grep -c '^check "' "$0")
+echo "$((total - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
