@@ -135,12 +135,22 @@ class Ops {
 
   // ---- router and experts ----------------------------------------------------------------------
   // probs = softmax(logits) over routes (= experts + 1, the last is the skip route); choice = argmax of
-  // probs + biases (first on ties); gate = probs[choice], or 0 when the choice is the skip route.
+  // probs + biases (first on ties); gate = probs[choice], or 0 when the choice is the skip route;
+  // lse = log-sum-exp of each token's logits (for the z-loss).
   virtual void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes,
-                          float* probs, int32_t* choice, float* gate) = 0;
+                          float* probs, int32_t* choice, float* gate, float* lse) = 0;
   // dlogits overwritten from dgate through the softmax (zero for skip-routed tokens).
   virtual void route_top1_backward(const float* probs, const int32_t* choice, const float* dgate,
                                    int64_t tokens, int64_t routes, float* dlogits) = 0;
+  // Per-route token counts and probability sums, and the sums over tokens of the router entropy
+  // -sum p log p and of lse^2; all accumulate (so micro-batches add up).
+  virtual void router_statistics(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,
+                                 int64_t routes, int64_t* counts, double* prob_sums, double* entropy_sum,
+                                 double* lse_square_sum) = 0;
+  // The auxiliary losses' gradient, added to dlogits: route_coef[e] is d(loss)/d(probs[t, e]) for every token
+  // (the Switch load-balancing loss), z_coef * lse[t] is d(loss)/d(lse[t]) (the router z-loss).
+  virtual void router_aux_backward(const float* probs, const float* lse, int64_t tokens, int64_t routes,
+                                   const float* route_coef, float z_coef, float* dlogits) = 0;
   // A stable grouping of tokens by expert: order[offsets[e] .. offsets[e + 1]) are expert e's tokens in
   // increasing order; skip-routed tokens (choice == experts) are left out. offsets has experts + 1 entries.
   virtual void group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
@@ -158,6 +168,30 @@ class Ops {
   virtual void swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) = 0;
   virtual void swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
                                float* dgate_up) = 0;
+
+  // ---- optimizer ---------------------------------------------------------------------------------
+  // sum of x^2 in double, in a fixed order.
+  virtual double sum_squares(const float* x, int64_t count) = 0;
+  // AdamW with bias correction: m, v updated from grad * grad_scale; p = p (1 - lr wd) - lr m^ / (sqrt(v^) +
+  // eps).
+  struct AdamWStep {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    float bias_correction1, bias_correction2;  // 1 - beta^t
+  };
+  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,
+                          const AdamWStep& step) = 0;
+  // Momentum: buf = momentum buf + grad_scale grad; out = nesterov ? grad_scale grad + momentum buf : buf.
+  virtual void momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
+                             float grad_scale, float* out) = 0;
+  // Newton-Schulz orthogonalisation of x [rows, cols], in place: x / |x|_F, then `steps` quintic iterations
+  // X = a X + (b A + c A^2) X with A = X X^T, run on the wide orientation (transposed when rows > cols).
+  // scratch holds newton_schulz_scratch(rows, cols) floats.
+  virtual void newton_schulz(float* x, int64_t rows, int64_t cols, int steps, const float coefficients[3],
+                             float* scratch) = 0;
+  virtual int64_t newton_schulz_scratch(int64_t rows, int64_t cols) = 0;
+  // param = param (1 - decay) - alpha * update.
+  virtual void decay_and_subtract(float* param, const float* update, int64_t count, float decay,
+                                  float alpha) = 0;
 
   // ---- loss --------------------------------------------------------------------------------------
   // Cross-entropy of logits [rows, vocab] against labels (ignore_index -100 contributes nothing).

@@ -31,16 +31,17 @@ struct LayerActivations {
   float* rstd2 = nullptr;  // [T]
   float* xn2 = nullptr;    // [T, H] post_attention_layernorm output: router and expert input
 
-  float* rh = nullptr;        // [T, R] router state after depth averaging (handed to the next layer)
-  float* rn_rstd = nullptr;   // [T]
-  float* rn = nullptr;        // [T, R] normalised router state
-  float* f1_pre = nullptr;    // [T, R] fc1 output before GELU
-  float* f1 = nullptr;        // [T, R]
-  float* f2_pre = nullptr;    // [T, R]
-  float* f2 = nullptr;        // [T, R]
-  float* probs = nullptr;     // [T, E + 1] route probabilities
-  int32_t* choice = nullptr;  // [T] chosen route (E = skip)
-  float* gate = nullptr;      // [T] the chosen probability, 0 for skip
+  float* rh = nullptr;          // [T, R] router state after depth averaging (handed to the next layer)
+  float* rn_rstd = nullptr;     // [T]
+  float* rn = nullptr;          // [T, R] normalised router state
+  float* f1_pre = nullptr;      // [T, R] fc1 output before GELU
+  float* f1 = nullptr;          // [T, R]
+  float* f2_pre = nullptr;      // [T, R]
+  float* f2 = nullptr;          // [T, R]
+  float* probs = nullptr;       // [T, E + 1] route probabilities
+  int32_t* choice = nullptr;    // [T] chosen route (E = skip)
+  float* gate = nullptr;        // [T] the chosen probability, 0 for skip
+  float* router_lse = nullptr;  // [T] log-sum-exp of the router logits (z-loss)
 
   int32_t* order = nullptr;    // [T] token ids grouped by expert (first N used)
   int64_t* offsets = nullptr;  // [E + 1]

@@ -30,7 +30,10 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   float* logits = scratch_.alloc<float>(size_t(T * dims_.routes()));
   ops_.gemm(Trans::No, Trans::Yes, T, dims_.routes(), R, 1.0f, a.f2, R, w.router_out, R, 0.0f, logits,
             dims_.routes());
-  ops_.route_top1(logits, w.balancing_biases, T, dims_.routes(), a.probs, a.choice, a.gate);
+  ops_.route_top1(logits, w.balancing_biases, T, dims_.routes(), a.probs, a.choice, a.gate, a.router_lse);
+  RouterLayerStats& stats = routing_[size_t(layer)];
+  ops_.router_statistics(a.probs, a.router_lse, a.choice, T, dims_.routes(), stats.counts.data(),
+                         stats.prob_sums.data(), &stats.entropy_sum, &stats.lse_square_sum);
 
   // Experts: group the routed tokens, one SwiGLU per expert, scatter back times the gate.
   ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
@@ -98,6 +101,18 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   // Router, from the gate back to the state.
   float* d_logits = f(T * routes);
   ops_.route_top1_backward(a.probs, a.choice, d_gate, T, routes, d_logits);
+  if (aux_.enabled()) {
+    // Per token: switch_weight * E * sum_e f_e p_e + z_weight * lse^2, with f_e this batch's share of expert
+    // e (a constant) and the same loss_scale as the cross-entropy terms.
+    float* route_coef = f(routes);
+    const std::vector<int64_t>& counts = routing_[size_t(layer)].counts;
+    for (int64_t e = 0; e < routes; ++e) {
+      route_coef[e] =
+          e < E ? loss_scale_ * aux_.switch_weight * float(E) * float(counts[size_t(e)]) / float(T) : 0.0f;
+    }
+    ops_.router_aux_backward(a.probs, a.router_lse, T, routes, route_coef, 2.0f * loss_scale_ * aux_.z_weight,
+                             d_logits);
+  }
   ops_.gemm(Trans::Yes, Trans::No, routes, R, T, 1.0f, d_logits, routes, a.f2, R, 1.0f, g.router_out, R);
   float* d_hidden = f(T * R);
   ops_.gemm(Trans::No, Trans::No, T, R, routes, 1.0f, d_logits, routes, w.router_out, R, 0.0f, d_hidden, R);

@@ -23,7 +23,8 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops)
       dims_(params.dims()),
       w_(bind_weights(params.table(), dims_, params.values())),
       g_(bind_weights(params.table(), dims_, params.grads())),
-      layers_(size_t(dims_.layers)) {}
+      layers_(size_t(dims_.layers)),
+      routing_(size_t(dims_.layers)) {}
 
 ZayaModel::~ZayaModel() = default;
 
@@ -63,6 +64,12 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   const int64_t S = batch.seq;
   arena_.reset();
   scratch_.reset();
+  loss_scale_ = loss_scale;
+  for (RouterLayerStats& stats : routing_) {
+    stats.counts.assign(size_t(dims_.routes()), 0);
+    stats.prob_sums.assign(size_t(dims_.routes()), 0.0);
+    stats.entropy_sum = stats.lse_square_sum = 0;
+  }
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
@@ -99,6 +106,7 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
     a.probs = f(T * dims_.routes());
     a.choice = expert_choice_ + l * T;
     a.gate = f(T);
+    a.router_lse = f(T);
     a.order = arena_.alloc<int32_t>(size_t(T));
     a.offsets = arena_.alloc<int64_t>(size_t(dims_.experts + 1));
     a.gate_up = f(T * 2 * dims_.intermediate);
@@ -137,6 +145,14 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   head(batch, xn_final_, keep_logits, train, loss_scale, result, logits, d_final);
   result.logits = logits;
   result.expert_choice = expert_choice_;
+  result.routing = &routing_;
+  for (const RouterLayerStats& stats : routing_) {
+    for (int64_t e = 0; e < dims_.experts; ++e) {
+      result.aux_loss_sum += aux_.switch_weight * double(dims_.experts) * double(stats.counts[size_t(e)]) /
+                             double(T) * stats.prob_sums[size_t(e)];
+    }
+    result.aux_loss_sum += aux_.z_weight * stats.lse_square_sum;
+  }
   if (train) backward(batch, d_final);
   return result;
 }

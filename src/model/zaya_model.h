@@ -29,11 +29,28 @@ struct Batch {
 // nothing.
 std::vector<int32_t> shifted_labels(const int32_t* input_ids, int64_t batch, int64_t seq);
 
+// Optional auxiliary router losses, for comparison with bias balancing (both off by default).
+struct RouterAuxLoss {
+  float switch_weight = 0;  // Switch Transformer load balancing: w * E * sum_e f_e * mean_t p_te, per layer
+  float z_weight = 0;       // router z-loss: w * mean_t lse_t^2, per layer
+  bool enabled() const { return switch_weight != 0 || z_weight != 0; }
+};
+
+// What the router did in one layer over one batch.
+struct RouterLayerStats {
+  std::vector<int64_t> counts;    // [routes] tokens per route (the last is skip)
+  std::vector<double> prob_sums;  // [routes] sum over tokens of the route's probability
+  double entropy_sum = 0;         // sum over tokens of -sum_e p log p
+  double lse_square_sum = 0;      // sum over tokens of the logits' log-sum-exp squared
+};
+
 struct ForwardResult {
   double loss_sum = 0;                     // summed cross-entropy over the labelled positions
   int64_t labelled = 0;                    // how many positions had a label
+  double aux_loss_sum = 0;                 // the auxiliary router losses, summed over tokens and layers
   const float* logits = nullptr;           // [tokens, vocab] when asked for; valid until the next call
   const int32_t* expert_choice = nullptr;  // [layers, tokens]; experts (= the skip route's index) for skip
+  const std::vector<RouterLayerStats>* routing = nullptr;  // per layer; valid until the next call
   double mean_loss() const { return labelled ? loss_sum / double(labelled) : 0.0; }
 };
 
@@ -47,6 +64,7 @@ class ZayaModel {
   // Training: forward, then backward of loss_scale * loss_sum, accumulated into params().grads().
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
+  void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
   ParameterStore& params() { return params_; }
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.
   size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
@@ -75,6 +93,9 @@ class ZayaModel {
   Arena arena_;         // activations: reset at the start of each forward
   Arena scratch_;       // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
+  std::vector<RouterLayerStats> routing_;
+  RouterAuxLoss aux_;
+  float loss_scale_ = 0;
   float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
   float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output
   float* rstd_final_ = nullptr;

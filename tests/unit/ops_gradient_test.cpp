@@ -299,16 +299,16 @@ TEST(OpsGradient, RouteTop1ThroughTheGate) {
   const int64_t tokens = 6, routes = 4;
   Vec logits = random_vec(tokens * routes, 1, 2.0f), biases = {0.0f, 0.1f, -0.05f, 0.02f},
       r = random_vec(tokens, 2);
-  Vec probs(tokens * routes), gate(tokens), dlogits(tokens * routes);
+  Vec probs(tokens * routes), gate(tokens), dlogits(tokens * routes), lse(tokens);
   std::vector<int32_t> choice(tokens), first_choice(tokens);
   ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), first_choice.data(),
-                   gate.data());
+                   gate.data(), lse.data());
   ops().route_top1_backward(probs.data(), first_choice.data(), r.data(), tokens, routes, dlogits.data());
   expect_gradient(
       "logits", logits, dlogits,
       [&] {
         ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(),
-                         gate.data());
+                         gate.data(), lse.data());
         EXPECT_EQ(choice, first_choice) << "a finite-difference step flipped a choice";
         return dot(gate, r);
       },
@@ -318,6 +318,53 @@ TEST(OpsGradient, RouteTop1ThroughTheGate) {
       EXPECT_EQ(gate[t], 0.0f);  // the skip route carries no gate
     }
   }
+}
+
+// The auxiliary losses: Switch (sum_e c_e p_e, c fixed) and z (lse^2 / 2 * z_coef) through the softmax.
+TEST(OpsGradient, RouterAuxiliaryLosses) {
+  const int64_t tokens = 5, routes = 4;
+  Vec logits = random_vec(tokens * routes, 1, 1.5f), biases(routes, 0.0f), coef = {0.3f, -0.2f, 0.5f, 0.0f};
+  Vec probs(tokens * routes), gate(tokens), lse(tokens), dlogits(tokens * routes, 0.0f);
+  std::vector<int32_t> choice(tokens);
+  const float z_coef = 0.7f;
+  ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(), gate.data(),
+                   lse.data());
+  ops().router_aux_backward(probs.data(), lse.data(), tokens, routes, coef.data(), z_coef, dlogits.data());
+  expect_gradient(
+      "logits", logits, dlogits,
+      [&] {
+        ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(),
+                         gate.data(), lse.data());
+        double loss = 0;
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t e = 0; e < routes; ++e) loss += coef[e] * probs[t * routes + e];
+          loss += 0.5 * z_coef * lse[t] * lse[t];
+        }
+        return loss;
+      },
+      1e-3, 5e-3);
+
+  std::vector<int64_t> counts(routes, 0);
+  Vec none(routes, 0.0f);
+  std::vector<double> prob_sums(routes, 0.0);
+  double entropy = 0, z = 0;
+  ops().router_statistics(probs.data(), lse.data(), choice.data(), tokens, routes, counts.data(),
+                          prob_sums.data(), &entropy, &z);
+  int64_t total = 0;
+  for (int64_t e = 0; e < routes; ++e) total += counts[e];
+  EXPECT_EQ(total, tokens);
+  double want_entropy = 0, want_z = 0, mass = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < routes; ++e) {
+      const double p = probs[t * routes + e];
+      want_entropy -= p * std::log(p);
+      mass += p;
+    }
+    want_z += double(lse[t]) * lse[t];
+  }
+  EXPECT_NEAR(entropy, want_entropy, 1e-9);
+  EXPECT_NEAR(z, want_z, 1e-9);
+  EXPECT_NEAR(prob_sums[0] + prob_sums[1] + prob_sums[2] + prob_sums[3], mass, 1e-9);
 }
 
 TEST(OpsGradient, GatherScatterAndDotAreAdjoint) {

@@ -70,7 +70,12 @@ class CpuOps final : public Ops {
                           float scale, float* dq, float* dk, float* dv) override;
 
   void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
-                  int32_t* choice, float* gate) override;
+                  int32_t* choice, float* gate, float* lse) override;
+  void router_statistics(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,
+                         int64_t routes, int64_t* counts, double* prob_sums, double* entropy_sum,
+                         double* lse_square_sum) override;
+  void router_aux_backward(const float* probs, const float* lse, int64_t tokens, int64_t routes,
+                           const float* route_coef, float z_coef, float* dlogits) override;
   void route_top1_backward(const float* probs, const int32_t* choice, const float* dgate, int64_t tokens,
                            int64_t routes, float* dlogits) override;
   void group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
@@ -84,6 +89,17 @@ class CpuOps final : public Ops {
   void swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) override;
   void swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
                        float* dgate_up) override;
+
+  double sum_squares(const float* x, int64_t count) override;
+  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,
+                  const AdamWStep& step) override;
+  void momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
+                     float grad_scale, float* out) override;
+  void newton_schulz(float* x, int64_t rows, int64_t cols, int steps, const float coefficients[3],
+                     float* scratch) override;
+  int64_t newton_schulz_scratch(int64_t rows, int64_t cols) override;
+  void decay_and_subtract(float* param, const float* update, int64_t count, float decay,
+                          float alpha) override;
 
   double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
                        float grad_scale, float* dlogits) override;

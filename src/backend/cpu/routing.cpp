@@ -10,7 +10,7 @@
 namespace zaya {
 
 void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes,
-                        float* probs, int32_t* choice, float* gate) {
+                        float* probs, int32_t* choice, float* gate, float* lse) {
   const int64_t skip = routes - 1;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -19,6 +19,7 @@ void CpuOps::route_top1(const float* logits, const float* biases, int64_t tokens
     const float max = *std::max_element(z, z + routes);
     float sum = 0;
     for (int64_t e = 0; e < routes; ++e) sum += p[e] = std::exp(z[e] - max);
+    lse[t] = max + std::log(sum);
     int64_t best = 0;
     for (int64_t e = 0; e < routes; ++e) {
       p[e] /= sum;
@@ -45,6 +46,37 @@ void CpuOps::route_top1_backward(const float* probs, const int32_t* choice, cons
     const float through = dgate[t] * p[c];
     for (int64_t e = 0; e < routes; ++e) dz[e] = -through * p[e];
     dz[c] += through;
+  }
+}
+
+void CpuOps::router_statistics(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,
+                               int64_t routes, int64_t* counts, double* prob_sums, double* entropy_sum,
+                               double* lse_square_sum) {
+  // Sequential over tokens: a fixed order, and cheap next to the router's matrix products.
+  for (int64_t t = 0; t < tokens; ++t) {
+    ++counts[choice[t]];
+    const float* p = probs + t * routes;
+    double entropy = 0;
+    for (int64_t e = 0; e < routes; ++e) {
+      prob_sums[e] += p[e];
+      if (p[e] > 0) entropy -= double(p[e]) * std::log(double(p[e]));
+    }
+    *entropy_sum += entropy;
+    *lse_square_sum += double(lse[t]) * lse[t];
+  }
+}
+
+// With c[e] = d loss / d p[e] (same for every token) and z = z_coef * lse: dlogits[j] += p[j] (c[j] - sum_e
+// p[e] c[e]) + z p[j], since d lse / d logits = p.
+void CpuOps::router_aux_backward(const float* probs, const float* lse, int64_t tokens, int64_t routes,
+                                 const float* route_coef, float z_coef, float* dlogits) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* p = probs + t * routes;
+    float mean = 0;
+    for (int64_t e = 0; e < routes; ++e) mean += p[e] * route_coef[e];
+    const float z = z_coef * lse[t];
+    for (int64_t e = 0; e < routes; ++e) dlogits[t * routes + e] += p[e] * (route_coef[e] - mean + z);
   }
 }
 

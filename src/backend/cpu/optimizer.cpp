@@ -1,0 +1,100 @@
+// The optimizer's kernels: the fused AdamW and momentum updates, Newton-Schulz orthogonalisation (Muon),
+// and the deterministic sum of squares behind the global gradient norm.
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace zaya {
+
+double CpuOps::sum_squares(const float* x, int64_t count) {
+  // Fixed blocks summed in double, then the block sums in order: independent of the thread count.
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (count + kBlock - 1) / kBlock;
+  thread_local std::vector<double> partial_storage;
+  if (partial_storage.size() < size_t(blocks)) partial_storage.resize(size_t(blocks));
+  double* partial = partial_storage.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kBlock, end = std::min(count, begin + kBlock);
+    double sum = 0;
+    for (int64_t i = begin; i < end; ++i) sum += double(x[i]) * x[i];
+    partial[block] = sum;
+  }
+  double total = 0;
+  for (int64_t block = 0; block < blocks; ++block) total += partial[block];
+  return total;
+}
+
+void CpuOps::adamw_step(float* param, const float* grad, float* m, float* v, int64_t count, const AdamWStep& s) {
+  const float step_size = s.lr / s.bias_correction1, sqrt_correction2 = std::sqrt(s.bias_correction2);
+  const float keep = 1.0f - s.lr * s.weight_decay;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = grad[i] * s.grad_scale;
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    param[i] = param[i] * keep - step_size * m[i] / (std::sqrt(v[i]) / sqrt_correction2 + s.eps);
+  }
+}
+
+void CpuOps::momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
+                           float grad_scale, float* out) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = grad[i] * grad_scale;
+    buf[i] = momentum * buf[i] + g;
+    out[i] = nesterov ? g + momentum * buf[i] : buf[i];
+  }
+}
+
+int64_t CpuOps::newton_schulz_scratch(int64_t rows, int64_t cols) {
+  const int64_t narrow = std::min(rows, cols), wide = std::max(rows, cols);
+  return narrow * wide * 2 + narrow * narrow * 2;  // X, the next X, A and B
+}
+
+void CpuOps::newton_schulz(float* x, int64_t rows, int64_t cols, int steps, const float coefficients[3],
+                           float* scratch) {
+  const int64_t r = std::min(rows, cols), c = std::max(rows, cols);
+  float* current = scratch;
+  float* next = current + r * c;
+  float* a = next + r * c;
+  float* b = a + r * r;
+  // The iteration runs on the wide side: X [r, c] with r <= c, so A = X X^T is the smaller Gram matrix.
+  if (rows > cols) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) current[j * rows + i] = x[i * cols + j];
+    }
+  } else {
+    std::copy(x, x + rows * cols, current);
+  }
+  const float norm = float(std::sqrt(sum_squares(current, r * c)));
+  const float inv = 1.0f / (norm + 1e-7f);
+  for (int64_t i = 0; i < r * c; ++i) current[i] *= inv;
+  const float qa = coefficients[0], qb = coefficients[1], qc = coefficients[2];
+  for (int step = 0; step < steps; ++step) {
+    gemm(Trans::No, Trans::Yes, r, r, c, 1.0f, current, c, current, c, 0.0f, a, r);  // A = X X^T
+    std::copy(a, a + r * r, b);
+    gemm(Trans::No, Trans::No, r, r, r, qc, a, r, a, r, qb, b, r);  // B = b A + c A A
+    std::copy(current, current + r * c, next);
+    gemm(Trans::No, Trans::No, r, c, r, 1.0f, b, r, current, c, qa, next, c);  // X' = a X + B X
+    std::swap(current, next);
+  }
+  if (rows > cols) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = current[j * rows + i];
+    }
+  } else {
+    std::copy(current, current + rows * cols, x);
+  }
+}
+
+void CpuOps::decay_and_subtract(float* param, const float* update, int64_t count, float decay, float alpha) {
+  const float keep = 1.0f - decay;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < count; ++i) param[i] = param[i] * keep - alpha * update[i];
+}
+
+}  // namespace zaya

@@ -1,0 +1,91 @@
+#include "optim/optimizer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace zaya {
+
+Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops)
+    : params_(params),
+      config_(config),
+      ops_(ops),
+      assignments_(assign_param_groups(params.table(), config.groups)),
+      m_(size_t(params.table().total_floats()) * sizeof(float)),
+      v_(size_t(params.table().total_floats()) * sizeof(float)) {
+  if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
+  for (const ParamAssignment& a : assignments_) {
+    if (a.optimizer != OptimizerKind::Muon) continue;
+    const Shape& shape = a.param->shape;
+    if (a.param->role == ParamRole::ExpertWeight) {
+      for (int64_t e = 0; e < shape[0]; ++e) {
+        matrices_.push_back({&a, a.param->offset + e * shape[1] * shape[2], shape[1], shape[2]});
+      }
+    } else {
+      matrices_.push_back({&a, a.param->offset, shape[0], shape[1]});
+    }
+  }
+  for (const Matrix& matrix : matrices_) {
+    scratch_per_thread_ = std::max(scratch_per_thread_, matrix.rows * matrix.cols +
+                                                            ops_.newton_schulz_scratch(matrix.rows, matrix.cols));
+  }
+  scratch_per_thread_ = int64_t(align_up(size_t(scratch_per_thread_), kAlignment / sizeof(float)));
+  scratch_ = AlignedBuffer(size_t(scratch_per_thread_ * omp_get_max_threads()) * sizeof(float));
+}
+
+OptimizerStepStats Optimizer::step(double lr_factor) {
+  OptimizerStepStats stats;
+  double sum_squares = 0;
+  for (const ParamAssignment& a : assignments_) sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
+  stats.grad_norm = std::sqrt(sum_squares);
+  if (!std::isfinite(stats.grad_norm)) {
+    stats.finite = false;
+    return stats;
+  }
+  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
+  if (config_.grad_clip > 0) stats.clip_factor = float(std::min(1.0, config_.grad_clip / (stats.grad_norm + 1e-6)));
+  ++steps_;
+
+  const float base_lr = float(config_.lr * lr_factor);
+  const AdamWConfig& adam = config_.adamw;
+  const float correction1 = 1.0f - std::pow(adam.beta1, float(steps_));
+  const float correction2 = 1.0f - std::pow(adam.beta2, float(steps_));
+  for (const ParamAssignment& a : assignments_) {
+    if (a.optimizer != OptimizerKind::AdamW) continue;
+    const float lr = base_lr * adam.lr_multiplier * a.lr_multiplier;
+    const int64_t at = a.param->offset;
+    ops_.adamw_step(params_.value(*a.param), params_.grad(*a.param), first_moment() + at, second_moment() + at,
+                    a.param->numel(),
+                    {lr, adam.beta1, adam.beta2, adam.eps, a.weight_decay ? config_.weight_decay : 0.0f,
+                     stats.clip_factor, correction1, correction2});
+  }
+  // Matrices in parallel, each on one thread (the ops inside run serially when nested), each thread with
+  // its own scratch; every matrix is computed the same way whatever the thread count.
+  const float muon_lr = base_lr * config_.muon.lr_multiplier;
+  const int64_t count = int64_t(matrices_.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < count; ++i) {
+    float* scratch = scratch_.as<float>() + omp_get_thread_num() * scratch_per_thread_;
+    muon_update(matrices_[size_t(i)], muon_lr, stats.clip_factor, scratch);
+  }
+  return stats;
+}
+
+void Optimizer::muon_update(const Matrix& matrix, float lr, float grad_scale, float* scratch) {
+  const MuonConfig& muon = config_.muon;
+  const int64_t n = matrix.rows * matrix.cols;
+  lr *= matrix.assignment->lr_multiplier;
+  float* update = scratch;
+  ops_.momentum_step(first_moment() + matrix.offset, params_.grads() + matrix.offset, n, muon.momentum, muon.nesterov,
+                     grad_scale, update);
+  ops_.newton_schulz(update, matrix.rows, matrix.cols, muon.ns_steps, muon.ns_coefficients, scratch + n);
+  const float decay = matrix.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;
+  const float scale = muon.rms_scale * std::sqrt(float(std::max(matrix.rows, matrix.cols)));
+  ops_.decay_and_subtract(params_.values() + matrix.offset, update, n, decay, lr * scale);
+}
+
+}  // namespace zaya

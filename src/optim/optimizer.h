@@ -1,0 +1,79 @@
+#pragma once
+// Muon for the hidden matrices and AdamW for the rest, over the parameter store: clipping by the global
+// gradient norm, then one update per parameter from its group's rule. Each expert's gate_up_proj[e] and
+// down_proj[e] is its own matrix for Muon.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "optim/param_groups.h"
+
+namespace zaya {
+
+class Ops;
+
+struct MuonConfig {
+  float momentum = 0.95f;
+  bool nesterov = true;
+  int ns_steps = 5;
+  float ns_coefficients[3] = {3.4445f, -4.7750f, 2.0315f};  // the quintic of Jordan et al.
+  float rms_scale = 0.2f;  // update *= rms_scale * sqrt(max(rows, cols)): AdamW's RMS (Moonlight)
+  float lr_multiplier = 1.0f;
+};
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float lr_multiplier = 1.0f;
+};
+
+struct OptimizerConfig {
+  float lr = 3e-3f;           // base rate, before schedule, batch scaling and multipliers
+  float weight_decay = 0.1f;  // decoupled; only for parameters whose rule says so
+  float grad_clip = 1.0f;     // global L2 norm; 0 turns clipping off
+  MuonConfig muon;
+  AdamWConfig adamw;
+  std::vector<GroupRule> groups = default_group_rules();
+};
+
+struct OptimizerStepStats {
+  double grad_norm = 0;  // before clipping
+  float clip_factor = 1;
+  bool finite = true;    // false: a NaN or Inf gradient; nothing was updated
+};
+
+class Optimizer {
+ public:
+  // Throws Error naming optimizer.* fields when the rules do not fit the model.
+  Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops);
+
+  // One update from the gradients accumulated in the store, at lr = config.lr * lr_factor (x multipliers).
+  OptimizerStepStats step(double lr_factor);
+
+  const std::vector<ParamAssignment>& assignments() const { return assignments_; }
+  int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // Optimizer state in the parameter layout: AdamW's first moment or Muon's momentum, and AdamW's second
+  // moment (zero for Muon parameters). For checkpoints.
+  float* first_moment() { return m_.as<float>(); }
+  float* second_moment() { return v_.as<float>(); }
+
+ private:
+  struct Matrix {
+    const ParamAssignment* assignment;
+    int64_t offset, rows, cols;  // into the flat buffers
+  };
+  void muon_update(const Matrix& matrix, float lr, float grad_scale, float* scratch);
+
+  ParameterStore& params_;
+  OptimizerConfig config_;
+  Ops& ops_;
+  std::vector<ParamAssignment> assignments_;
+  std::vector<Matrix> matrices_;  // Muon's unit of work
+  AlignedBuffer m_, v_;
+  AlignedBuffer scratch_;  // per thread: the update and Newton-Schulz's buffers
+  int64_t scratch_per_thread_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace zaya

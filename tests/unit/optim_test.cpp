@@ -1,0 +1,333 @@
+// The optimizer's parts on their own: Newton-Schulz, schedules, the batch ramp, parameter groups, the
+// balancing controller, and exact gradient accumulation.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/model_io.h"
+#include "optim/balancing.h"
+#include "optim/batch_ramp.h"
+#include "optim/param_groups.h"
+#include "optim/schedule.h"
+#include "train/train_step.h"
+
+namespace zaya {
+namespace {
+
+using Matrix = std::vector<double>;  // row-major
+
+Matrix random_orthonormal_columns(int64_t rows, int64_t cols, uint64_t stream) {
+  // Gram-Schmidt on Gaussian columns: [rows, cols] with orthonormal columns (cols <= rows).
+  const RandomStream rng(9, RngPurpose::Test, stream);
+  Matrix q(size_t(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) q[size_t(i)] = rng.normal(uint64_t(i));
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t prev = 0; prev < c; ++prev) {
+      double dot = 0;
+      for (int64_t r = 0; r < rows; ++r) dot += q[size_t(r * cols + c)] * q[size_t(r * cols + prev)];
+      for (int64_t r = 0; r < rows; ++r) q[size_t(r * cols + c)] -= dot * q[size_t(r * cols + prev)];
+    }
+    double norm = 0;
+    for (int64_t r = 0; r < rows; ++r) norm += q[size_t(r * cols + c)] * q[size_t(r * cols + c)];
+    for (int64_t r = 0; r < rows; ++r) q[size_t(r * cols + c)] /= std::sqrt(norm);
+  }
+  return q;
+}
+
+// U diag(sigma) V^T with random orthonormal U [rows, k], V [cols, k].
+std::vector<float> with_singular_values(int64_t rows, int64_t cols, const std::vector<double>& sigma) {
+  const int64_t k = int64_t(sigma.size());
+  const Matrix u = random_orthonormal_columns(rows, k, 1), v = random_orthonormal_columns(cols, k, 2);
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      double sum = 0;
+      for (int64_t s = 0; s < k; ++s) sum += u[size_t(i * k + s)] * sigma[size_t(s)] * v[size_t(j * k + s)];
+      out[size_t(i * cols + j)] = float(sum);
+    }
+  }
+  return out;
+}
+
+// Singular values, largest first: square roots of the eigenvalues of the Gram matrix of the narrow side
+// (cyclic Jacobi).
+std::vector<double> singular_values(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  const bool tall = rows > cols;
+  const int64_t n = tall ? cols : rows, m = tall ? rows : cols;
+  auto at = [&](int64_t i, int64_t k) { return double(tall ? x[size_t(k * cols + i)] : x[size_t(i * cols + k)]); };
+  Matrix a(size_t(n * n));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < m; ++k) sum += at(i, k) * at(j, k);
+      a[size_t(i * n + j)] = sum;
+    }
+  }
+  for (int sweep = 0; sweep < 60; ++sweep) {
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t q = p + 1; q < n; ++q) {
+        const double apq = a[size_t(p * n + q)];
+        if (std::abs(apq) < 1e-15) continue;
+        const double theta = (a[size_t(q * n + q)] - a[size_t(p * n + p)]) / (2 * apq);
+        const double t = (theta >= 0 ? 1 : -1) / (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
+        for (int64_t k = 0; k < n; ++k) {
+          const double akp = a[size_t(k * n + p)], akq = a[size_t(k * n + q)];
+          a[size_t(k * n + p)] = c * akp - s * akq;
+          a[size_t(k * n + q)] = s * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          const double apk = a[size_t(p * n + k)], aqk = a[size_t(q * n + k)];
+          a[size_t(p * n + k)] = c * apk - s * aqk;
+          a[size_t(q * n + k)] = s * apk + c * aqk;
+        }
+      }
+    }
+  }
+  std::vector<double> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(std::sqrt(std::max(0.0, a[size_t(i * n + i)])));
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+std::vector<double> orthogonalised(std::vector<float> x, int64_t rows, int64_t cols) {
+  std::vector<float> scratch(size_t(cpu_ops().newton_schulz_scratch(rows, cols)));
+  const float coefficients[3] = {3.4445f, -4.7750f, 2.0315f};
+  cpu_ops().newton_schulz(x.data(), rows, cols, 5, coefficients, scratch.data());
+  return singular_values(x, rows, cols);
+}
+
+struct NsCase {
+  const char* name;
+  int64_t rows, cols;
+  std::vector<double> sigma;  // the input's nonzero singular values; min(rows, cols) - size of them are 0
+};
+
+class NewtonSchulz : public ::testing::TestWithParam<NsCase> {};
+
+// The quintic maps every nonzero singular value into about [0.7, 1.2] in five steps (it does not converge
+// to 1; that is the point of its coefficients) and keeps zero singular values at zero.
+TEST_P(NewtonSchulz, SingularValuesLandInTheQuinticBand) {
+  const NsCase& c = GetParam();
+  const std::vector<double> out = orthogonalised(with_singular_values(c.rows, c.cols, c.sigma), c.rows, c.cols);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < c.sigma.size()) {
+      EXPECT_GE(out[i], 0.65) << c.name << " singular value " << i;
+      EXPECT_LE(out[i], 1.2) << c.name << " singular value " << i;
+    } else {
+      EXPECT_LE(out[i], 1e-3) << c.name << " should stay rank-deficient";
+    }
+  }
+}
+
+std::vector<double> log_spaced(int count, double largest, double smallest) {
+  std::vector<double> out;
+  for (int i = 0; i < count; ++i) out.push_back(largest * std::pow(smallest / largest, double(i) / (count - 1)));
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, NewtonSchulz,
+    ::testing::Values(NsCase{"square, spread 1..0.5", 32, 32, log_spaced(32, 1.0, 0.5)},
+                      NsCase{"wide, random scale", 16, 48, log_spaced(16, 37.0, 9.0)},
+                      NsCase{"tall, ill-conditioned (100)", 48, 24, log_spaced(24, 5.0, 0.05)},
+                      NsCase{"wide, ill-conditioned (100)", 20, 40, log_spaced(20, 1.0, 0.01)},
+                      NsCase{"tall, rank 8 of 24", 40, 24, log_spaced(8, 2.0, 0.5)},
+                      NsCase{"square, rank 5", 24, 24, log_spaced(5, 1.0, 0.2)}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(Schedule, WarmupThenEachShape) {
+  ScheduleConfig wsd{ScheduleKind::Wsd, 100, 0.2, DecayShape::Linear, 0.1};
+  EXPECT_DOUBLE_EQ(lr_multiplier(wsd, 50, 1000), 0.5);
+  EXPECT_DOUBLE_EQ(lr_multiplier(wsd, 100, 1000), 1.0);
+  EXPECT_DOUBLE_EQ(lr_multiplier(wsd, 800, 1000), 1.0);
+  EXPECT_NEAR(lr_multiplier(wsd, 900, 1000), 0.55, 1e-12);
+  EXPECT_NEAR(lr_multiplier(wsd, 1000, 1000), 0.1, 1e-12);
+  wsd.decay_shape = DecayShape::Sqrt;
+  EXPECT_NEAR(lr_multiplier(wsd, 850, 1000), 0.1 + 0.9 * (1 - std::sqrt(0.25)), 1e-12);
+  wsd.decay_shape = DecayShape::Cosine;
+  EXPECT_NEAR(lr_multiplier(wsd, 900, 1000), 0.55, 1e-12);
+  const ScheduleConfig cosine{ScheduleKind::Cosine, 100, 0, DecayShape::Linear, 0.0};
+  EXPECT_NEAR(lr_multiplier(cosine, 550, 1000), 0.5, 1e-12);
+  EXPECT_NEAR(lr_multiplier(cosine, 1000, 1000), 0.0, 1e-12);
+  const ScheduleConfig constant{ScheduleKind::Constant, 10, 0, DecayShape::Linear, 0.0};
+  EXPECT_DOUBLE_EQ(lr_multiplier(constant, 5, 1000), 0.5);
+  EXPECT_DOUBLE_EQ(lr_multiplier(constant, 999, 1000), 1.0);
+  EXPECT_THROW(parse_schedule_kind("linear"), Error);
+  EXPECT_THROW(parse_decay_shape("exp"), Error);
+}
+
+TEST(BatchRamp, GrowsInWholeMicroBatchesPerRank) {
+  const BatchRamp ramp({4, 8, 64, 1000, true}, 2);  // unit 8 sequences
+  EXPECT_EQ(ramp.global_sequences(0), 8);
+  EXPECT_EQ(ramp.global_sequences(500), 32);  // 8 + 0.5 * 56 = 36 -> 32
+  EXPECT_EQ(ramp.global_sequences(999), 64 - 8);
+  EXPECT_EQ(ramp.global_sequences(1000), 64);
+  int64_t previous = 0;
+  for (int64_t t = 0; t <= 1200; t += 7) {
+    const int64_t size = ramp.global_sequences(t);
+    EXPECT_EQ(size % 8, 0);
+    EXPECT_GE(size, previous);
+    previous = size;
+  }
+  EXPECT_EQ(ramp.micro_batches_per_rank(1000), 8);
+  EXPECT_DOUBLE_EQ(ramp.lr_factor(0), std::sqrt(8.0 / 64.0));
+  EXPECT_DOUBLE_EQ(ramp.lr_factor(5000), 1.0);
+  EXPECT_THROW(BatchRamp({4, 6, 64, 1000, false}, 2), Error);   // 6 is not a multiple of 8
+  EXPECT_THROW(BatchRamp({4, 64, 16, 1000, false}, 1), Error);  // shrinking
+  EXPECT_EQ(BatchRamp({4, 0, 16, 0, false}, 1).global_sequences(0), 16);
+}
+
+TEST(ParamGroups, DefaultRulesSendMatricesToMuonAndSkipDecayOnGains) {
+  const ParameterTable table(model_dims(preset_config("tiny")));
+  const std::vector<ParamAssignment> groups = assign_param_groups(table, default_group_rules());
+  auto find = [&](const std::string& name) {
+    for (const ParamAssignment& a : groups) {
+      if (a.param->name == name) return a;
+    }
+    ADD_FAILURE() << name;
+    return ParamAssignment{};
+  };
+  for (const char* name : {"model.layers.0.self_attn.qkv_proj.q_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                           "model.layers.1.self_attn.qkv_proj.v_proj_delayed.weight",
+                           "model.layers.1.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
+                           "model.layers.0.mlp.gate.down_proj.weight", "model.layers.1.mlp.gate.router_mlp.fc2.weight",
+                           "model.layers.1.mlp.gate.router_mlp.out_proj.weight"}) {
+    EXPECT_EQ(find(name).optimizer, OptimizerKind::Muon) << name;
+    EXPECT_TRUE(find(name).weight_decay) << name;
+  }
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.conv_qk_grouped.weight"}) {
+    EXPECT_EQ(find(name).optimizer, OptimizerKind::AdamW) << name;
+    EXPECT_TRUE(find(name).weight_decay) << name;
+  }
+  for (const char* name : {"model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.qk_norm.temp",
+                           "model.layers.1.mlp.gate.router_states_scale", "model.layers.0.mlp.gate.down_proj.bias",
+                           "model.layers.0.post_mlp_residual_scale.residual_bias", "model.input_hidden_states_scale",
+                           "model.layers.0.self_attn.qkv_proj.conv_qk_depthwise.bias"}) {
+    EXPECT_EQ(find(name).optimizer, OptimizerKind::AdamW) << name;
+    EXPECT_FALSE(find(name).weight_decay) << name;
+  }
+  for (const ParamAssignment& a : groups) EXPECT_NE(a.param->role, ParamRole::BalancingBias);
+  EXPECT_NE(describe_param_groups(groups).find("model.layers.1.mlp.experts.gate_up_proj"), std::string::npos);
+}
+
+TEST(ParamGroups, RulesAreCheckedAgainstTheModel) {
+  const ParameterTable table(model_dims(preset_config("tiny")));
+  EXPECT_THROW(assign_param_groups(table, {{"*.weight", OptimizerKind::AdamW, false, 1}}), Error);  // biases unmatched
+  EXPECT_THROW(assign_param_groups(table, {{"*", OptimizerKind::Muon, true, 1}}), Error);  // vectors to Muon
+  const auto custom = assign_param_groups(table, {{"*.experts.*", OptimizerKind::AdamW, false, 0.5f},
+                                                  {"*", OptimizerKind::AdamW, true, 1}});
+  for (const ParamAssignment& a : custom) {
+    if (a.param->role == ParamRole::ExpertWeight) {
+      EXPECT_FLOAT_EQ(a.lr_multiplier, 0.5f);
+    }
+  }
+}
+
+// A router that sends most tokens to one expert, balanced by the biases alone.
+int64_t steps_to_balance(BalancingMode mode, float lr) {
+  const int64_t experts = 8, routes = experts + 1, tokens = 4096;
+  const RandomStream rng(1, RngPurpose::Test, 0);
+  std::vector<float> logits(size_t(tokens * routes));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < routes; ++e) {
+      logits[size_t(t * routes + e)] = rng.normal(uint64_t(t * routes + e)) + (e == 0 ? 2.5f : 0.0f);
+    }
+  }
+  BalancingConfig config;
+  config.mode = mode;
+  config.lr = lr;
+  BalancingController controller(config, 1, experts);
+  std::vector<float> biases(static_cast<size_t>(routes), 0.0f), probs(logits.size()), gate(static_cast<size_t>(tokens)),
+      lse(static_cast<size_t>(tokens));
+  biases.back() = -1.0f;
+  std::vector<int32_t> choice(static_cast<size_t>(tokens));
+  for (int64_t step = 0; step < 2000; ++step) {
+    cpu_ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(), gate.data(),
+                         lse.data());
+    std::vector<std::vector<int64_t>> counts(1, std::vector<int64_t>(size_t(routes), 0));
+    for (int32_t c : choice) ++counts[0][size_t(c)];
+    const int64_t busiest = *std::max_element(counts[0].begin(), counts[0].end() - 1);
+    const double mean = double(tokens - counts[0].back()) / double(experts);
+    if (step == 0) {
+      EXPECT_GT(double(busiest) / mean, 3.0);  // the start is badly unbalanced
+    }
+    if (double(busiest) / mean < 1.3) return step;
+    controller.update(counts, {biases.data()});
+  }
+  return -1;
+}
+
+TEST(Balancing, BothControllersBalanceASkewedRouter) {
+  const int64_t adam = steps_to_balance(BalancingMode::Adam, 1e-2f);
+  const int64_t sign = steps_to_balance(BalancingMode::Sign, 1e-3f);
+  EXPECT_GE(adam, 1);
+  EXPECT_LE(adam, 200);
+  EXPECT_GE(sign, 1);
+  EXPECT_LE(sign, 1000);
+  std::printf("max/mean load under 1.3 after %lld steps (adam, lr 1e-2) and %lld steps (sign, rate 1e-3)\n",
+              (long long)adam, (long long)sign);
+  EXPECT_EQ(steps_to_balance(BalancingMode::Off, 1e-2f), -1);
+}
+
+TEST(Balancing, SkipPolicies) {
+  BalancingConfig config;
+  BalancingController free_skip(config, 1, 4);
+  const std::vector<double> free_targets = free_skip.targets({10, 10, 10, 10, 60});
+  EXPECT_DOUBLE_EQ(free_targets[0], 0.1);
+  EXPECT_DOUBLE_EQ(free_targets[4], 0.6);
+  config.skip = SkipPolicy::Target;
+  config.skip_target = 0.2f;
+  BalancingController target(config, 1, 4);
+  EXPECT_NEAR(target.targets({10, 10, 10, 10, 60})[0], 0.2, 1e-7);
+  std::vector<float> biases = {0, 0, 0, 0, -1};
+  target.update({{10, 10, 10, 10, 60}}, {biases.data()});
+  EXPECT_LT(biases[4], -1.0f);  // too much skipping: the skip bias goes down
+  biases = {0, 0, 0, 0, -1};
+  free_skip.update({{10, 10, 10, 10, 60}}, {biases.data()});
+  EXPECT_EQ(biases[4], -1.0f);  // free: not the controller's to move
+}
+
+// K micro-batches of n sequences give the gradient and the update of one batch of K n sequences.
+TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
+  const ZayaConfig config = preset_config("tiny");
+  ParameterStore split(model_dims(config)), whole(model_dims(config));
+  init_parameters(split, 0.02, 4);
+  init_parameters(whole, 0.02, 4);
+  const int64_t sequences = 8, seq = 24, micro = 2;
+  const RandomStream rng(2, RngPurpose::Test, 0);
+  std::vector<int32_t> ids(size_t(sequences * seq)), labels(size_t(sequences * seq));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int32_t(rng.bits(i) % 512);
+    labels[i] = i % 5 == 0 ? kIgnoreLabel : int32_t(rng.bits(i + 9999) % 512);  // some positions unlabelled
+  }
+  ZayaModel split_model(split, cpu_ops()), whole_model(whole, cpu_ops());
+  Optimizer split_opt(split, {}, cpu_ops()), whole_opt(whole, {}, cpu_ops());
+  BalancingController split_bal({}, 2, 4), whole_bal({}, 2, 4);
+  TrainStep split_step(split_model, split_opt, split_bal), whole_step(whole_model, whole_opt, whole_bal);
+
+  std::vector<Batch> parts;
+  for (int64_t k = 0; k < sequences / micro; ++k) {
+    parts.push_back({ids.data() + k * micro * seq, labels.data() + k * micro * seq, nullptr, micro, seq});
+  }
+  const StepReport a = split_step.run(parts, 1.0);
+  const StepReport b = whole_step.run({{ids.data(), labels.data(), nullptr, sequences, seq}}, 1.0);
+  EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss);
+  EXPECT_NEAR(a.optimizer.grad_norm, b.optimizer.grad_norm, 1e-5 * b.optimizer.grad_norm);
+  for (size_t l = 0; l < a.routing.size(); ++l) EXPECT_EQ(a.routing[l].fractions, b.routing[l].fractions);
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < split.table().total_floats(); ++i) {
+    diff += std::pow(double(split.values()[i]) - whole.values()[i], 2);
+    norm += std::pow(double(whole.values()[i]), 2);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+}
+
+}  // namespace
+}  // namespace zaya
