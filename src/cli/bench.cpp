@@ -17,6 +17,7 @@
 #include "model/model_io.h"
 #include "model/model_stats.h"
 #include "model/zaya_model.h"
+#include "optim/optimizer.h"
 
 namespace zaya::cli {
 namespace {
@@ -89,6 +90,62 @@ void run_step_bench(const StepArgs& args) {
       step_seconds, args.steps, tokens_per_second, model_flops / 1e9, 100 * mfu);
 }
 
+struct OptimizerArgs {
+  ModelSource source;
+  int64_t layers = 0;  // 0: all of the model's
+  int64_t batch = 16, seq = 512;
+  int steps = 3;
+};
+
+// The optimizer's step time next to the forward+backward time of one batch, on real gradients.
+void run_optimizer_bench(const OptimizerArgs& args) {
+  ZayaConfig config = args.source.config();
+  if (args.layers > 0 && args.layers < config.num_hidden_layers) {
+    config.num_hidden_layers = args.layers;
+    config.layer_types.resize(size_t(args.layers));
+  }
+  ParameterStore params(model_dims(config));
+  init_parameters(params, config.initializer_range, 0);
+  const ModelDims& dims = params.dims();
+  const int64_t tokens = args.batch * args.seq;
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  const RandomStream rng(0, RngPurpose::Test, 0);
+  for (int64_t t = 0; t < tokens; ++t) ids[size_t(t)] = int32_t(rng.bits(uint64_t(t)) % uint32_t(dims.vocab));
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
+
+  Ops& ops = cpu_ops();
+  ZayaModel model(params, ops);
+  Optimizer optimizer(params, {}, ops);
+  std::vector<double> forward_backward, step, muon, adamw;
+  for (int i = 0; i <= args.steps; ++i) {
+    params.zero_grads();
+    const auto start = std::chrono::steady_clock::now();
+    model.forward_backward({ids.data(), labels.data(), nullptr, args.batch, args.seq}, 1.0f / float(tokens));
+    const auto middle = std::chrono::steady_clock::now();
+    const OptimizerStepStats stats = optimizer.step(1.0);
+    const auto end = std::chrono::steady_clock::now();
+    if (i == 0) continue;  // warm-up
+    forward_backward.push_back(std::chrono::duration<double>(middle - start).count());
+    step.push_back(std::chrono::duration<double>(end - middle).count());
+    muon.push_back(stats.muon_seconds);
+    adamw.push_back(stats.adamw_seconds);
+  }
+  int64_t muon_params = 0, adamw_params = 0;
+  for (const ParamAssignment& a : optimizer.assignments()) {
+    (a.optimizer == OptimizerKind::Muon ? muon_params : adamw_params) += a.param->numel();
+  }
+  const double fb = median(forward_backward), opt = median(step);
+  std::printf("%s, %lld layers: %.3g M parameters (Muon %.3g M, AdamW %.3g M), %d threads\n",
+              args.source.describe().c_str(), (long long)dims.layers,
+              double(muon_params + adamw_params) / 1e6, double(muon_params) / 1e6, double(adamw_params) / 1e6,
+              num_threads());
+  std::printf(
+      "forward+backward of %lld tokens: %.3f s; optimizer step: %.3f s (Muon %.3f s, AdamW %.3f s), medians "
+      "of %d\n",
+      (long long)tokens, fb, opt, median(muon), median(adamw), args.steps);
+  std::printf("optimizer / forward+backward = %.3f at %lld tokens per step\n", opt / fb, (long long)tokens);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -102,6 +159,18 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(CLI::PositiveNumber);
   step->add_flag("--json", args->json, "print one JSON line");
   step->callback([args] { run_step_bench(*args); });
+
+  auto opt_args = std::make_shared<OptimizerArgs>();
+  CLI::App* optimizer =
+      bench->add_subcommand("optimizer", "the optimizer step's time against forward+backward");
+  opt_args->source.add_options(*optimizer, true, true);
+  optimizer->add_option("--layers", opt_args->layers, "keep only the first N layers (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  optimizer->add_option("--batch", opt_args->batch, "sequences per step")->check(CLI::PositiveNumber);
+  optimizer->add_option("--seq", opt_args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
+  optimizer->add_option("--steps", opt_args->steps, "timed steps (after one warm-up)")
+      ->check(CLI::PositiveNumber);
+  optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });
 }
 
 }  // namespace zaya::cli

@@ -40,7 +40,8 @@ std::vector<double> BalancingController::targets(const std::vector<int64_t>& cou
   return out;
 }
 
-void BalancingController::update(const std::vector<std::vector<int64_t>>& counts, const std::vector<float*>& biases) {
+void BalancingController::update(const std::vector<std::vector<int64_t>>& counts,
+                                 const std::vector<float*>& biases) {
   if (config_.mode == BalancingMode::Off) return;
   ++steps_;
   const int64_t routes = experts_ + 1;

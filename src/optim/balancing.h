@@ -28,7 +28,7 @@ struct BalancingConfig {
 };
 
 BalancingMode parse_balancing_mode(std::string_view name);  // "adam", "sign", "off"
-SkipPolicy parse_skip_policy(std::string_view name);         // "free", "target"
+SkipPolicy parse_skip_policy(std::string_view name);        // "free", "target"
 
 class BalancingController {
  public:

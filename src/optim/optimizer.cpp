@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "backend/ops.h"
@@ -30,8 +31,9 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
     }
   }
   for (const Matrix& matrix : matrices_) {
-    scratch_per_thread_ = std::max(scratch_per_thread_, matrix.rows * matrix.cols +
-                                                            ops_.newton_schulz_scratch(matrix.rows, matrix.cols));
+    scratch_per_thread_ =
+        std::max(scratch_per_thread_,
+                 matrix.rows * matrix.cols + ops_.newton_schulz_scratch(matrix.rows, matrix.cols));
   }
   scratch_per_thread_ = int64_t(align_up(size_t(scratch_per_thread_), kAlignment / sizeof(float)));
   scratch_ = AlignedBuffer(size_t(scratch_per_thread_ * omp_get_max_threads()) * sizeof(float));
@@ -40,31 +42,37 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
 OptimizerStepStats Optimizer::step(double lr_factor) {
   OptimizerStepStats stats;
   double sum_squares = 0;
-  for (const ParamAssignment& a : assignments_) sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
+  for (const ParamAssignment& a : assignments_)
+    sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
   stats.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(stats.grad_norm)) {
     stats.finite = false;
     return stats;
   }
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
-  if (config_.grad_clip > 0) stats.clip_factor = float(std::min(1.0, config_.grad_clip / (stats.grad_norm + 1e-6)));
+  if (config_.grad_clip > 0)
+    stats.clip_factor = float(std::min(1.0, config_.grad_clip / (stats.grad_norm + 1e-6)));
   ++steps_;
 
   const float base_lr = float(config_.lr * lr_factor);
   const AdamWConfig& adam = config_.adamw;
   const float correction1 = 1.0f - std::pow(adam.beta1, float(steps_));
   const float correction2 = 1.0f - std::pow(adam.beta2, float(steps_));
+  using Clock = std::chrono::steady_clock;
+  const auto adamw_start = Clock::now();
   for (const ParamAssignment& a : assignments_) {
     if (a.optimizer != OptimizerKind::AdamW) continue;
     const float lr = base_lr * adam.lr_multiplier * a.lr_multiplier;
     const int64_t at = a.param->offset;
-    ops_.adamw_step(params_.value(*a.param), params_.grad(*a.param), first_moment() + at, second_moment() + at,
-                    a.param->numel(),
+    ops_.adamw_step(params_.value(*a.param), params_.grad(*a.param), first_moment() + at,
+                    second_moment() + at, a.param->numel(),
                     {lr, adam.beta1, adam.beta2, adam.eps, a.weight_decay ? config_.weight_decay : 0.0f,
                      stats.clip_factor, correction1, correction2});
   }
   // Matrices in parallel, each on one thread (the ops inside run serially when nested), each thread with
   // its own scratch; every matrix is computed the same way whatever the thread count.
+  const auto muon_start = Clock::now();
+  stats.adamw_seconds = std::chrono::duration<double>(muon_start - adamw_start).count();
   const float muon_lr = base_lr * config_.muon.lr_multiplier;
   const int64_t count = int64_t(matrices_.size());
 #pragma omp parallel for schedule(dynamic)
@@ -72,6 +80,7 @@ OptimizerStepStats Optimizer::step(double lr_factor) {
     float* scratch = scratch_.as<float>() + omp_get_thread_num() * scratch_per_thread_;
     muon_update(matrices_[size_t(i)], muon_lr, stats.clip_factor, scratch);
   }
+  stats.muon_seconds = std::chrono::duration<double>(Clock::now() - muon_start).count();
   return stats;
 }
 
@@ -80,8 +89,8 @@ void Optimizer::muon_update(const Matrix& matrix, float lr, float grad_scale, fl
   const int64_t n = matrix.rows * matrix.cols;
   lr *= matrix.assignment->lr_multiplier;
   float* update = scratch;
-  ops_.momentum_step(first_moment() + matrix.offset, params_.grads() + matrix.offset, n, muon.momentum, muon.nesterov,
-                     grad_scale, update);
+  ops_.momentum_step(first_moment() + matrix.offset, params_.grads() + matrix.offset, n, muon.momentum,
+                     muon.nesterov, grad_scale, update);
   ops_.newton_schulz(update, matrix.rows, matrix.cols, muon.ns_steps, muon.ns_coefficients, scratch + n);
   const float decay = matrix.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;
   const float scale = muon.rms_scale * std::sqrt(float(std::max(matrix.rows, matrix.cols)));

@@ -39,7 +39,8 @@ struct OptimizerConfig {
 struct OptimizerStepStats {
   double grad_norm = 0;  // before clipping
   float clip_factor = 1;
-  bool finite = true;    // false: a NaN or Inf gradient; nothing was updated
+  bool finite = true;  // false: a NaN or Inf gradient; nothing was updated
+  double adamw_seconds = 0, muon_seconds = 0;
 };
 
 class Optimizer {

@@ -8,7 +8,9 @@
 
 namespace zaya {
 
-std::string_view optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::Muon ? "muon" : "adamw"; }
+std::string_view optimizer_name(OptimizerKind kind) {
+  return kind == OptimizerKind::Muon ? "muon" : "adamw";
+}
 
 std::vector<GroupRule> default_group_rules() {
   using K = OptimizerKind;
@@ -27,7 +29,8 @@ std::vector<GroupRule> default_group_rules() {
   };
 }
 
-std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table, const std::vector<GroupRule>& rules) {
+std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table,
+                                                 const std::vector<GroupRule>& rules) {
   std::vector<ParamAssignment> out;
   for (const ParamInfo& param : table.params()) {
     if (!param.trainable()) continue;
@@ -38,7 +41,9 @@ std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table, co
         break;
       }
     }
-    if (!match) throw Error("no rule matches parameter " + param.name + " (end the list with pattern \"*\")").field("optimizer.groups");
+    if (!match)
+      throw Error("no rule matches parameter " + param.name + " (end the list with pattern \"*\")")
+          .field("optimizer.groups");
     const bool matrix = param.shape.rank() == 2 || param.role == ParamRole::ExpertWeight;
     if (match->optimizer == OptimizerKind::Muon && !matrix) {
       throw Error("rule \"" + match->pattern + "\" sends " + param.name + " " + param.shape.to_string() +
@@ -53,8 +58,8 @@ std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table, co
 std::string describe_param_groups(const std::vector<ParamAssignment>& assignments) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-70s %-16s %-6s %-4s %-5s %s\n", "parameter", "shape", "optim", "wd", "lr x",
-                "rule");
+  std::snprintf(line, sizeof line, "%-70s %-16s %-6s %-4s %-5s %s\n", "parameter", "shape", "optim", "wd",
+                "lr x", "rule");
   out += line;
   for (const ParamAssignment& a : assignments) {
     std::snprintf(line, sizeof line, "%-70s %-16s %-6s %-4s %-5g %s\n", a.param->name.c_str(),

@@ -35,7 +35,8 @@ struct ParamAssignment {
 
 // One entry per trainable parameter, in table order. Throws Error (field "optimizer.groups") when a
 // parameter matches no rule, or a rule sends something that is not a matrix to Muon.
-std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table, const std::vector<GroupRule>& rules);
+std::vector<ParamAssignment> assign_param_groups(const ParameterTable& table,
+                                                 const std::vector<GroupRule>& rules);
 // The assignment as a table, one parameter per line.
 std::string describe_param_groups(const std::vector<ParamAssignment>& assignments);
 

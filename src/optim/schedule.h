@@ -15,7 +15,7 @@ struct ScheduleConfig {
   int64_t warmup_tokens = 0;
   double decay_fraction = 0.2;  // WSD: the last part of the run that decays
   DecayShape decay_shape = DecayShape::Linear;
-  double min_lr_ratio = 0.0;    // where cosine and WSD end, as a fraction of the base rate
+  double min_lr_ratio = 0.0;  // where cosine and WSD end, as a fraction of the base rate
 };
 
 // The multiplier for the update made after `tokens` tokens have been consumed (this step's included), in a

@@ -15,7 +15,7 @@ struct RoutingMetrics {
   std::vector<double> fractions;  // [routes] share of the batch's tokens per route (skip last)
   double max_over_mean = 0;       // the busiest expert's load over the mean expert load (1 = balanced)
   double skip_share = 0;
-  double entropy = 0;             // mean router entropy per token, in nats
+  double entropy = 0;  // mean router entropy per token, in nats
 };
 
 struct StepReport {
@@ -24,7 +24,7 @@ struct StepReport {
   int64_t tokens = 0, labelled = 0;
   double lr_factor = 0;
   OptimizerStepStats optimizer;
-  bool skipped = false;  // a non-finite loss or gradient: no update was made
+  bool skipped = false;                 // a non-finite loss or gradient: no update was made
   std::vector<RoutingMetrics> routing;  // per layer
 };
 

@@ -228,3 +228,70 @@ TEST(ModelStats, Zaya1BaseCountsMatchTheArithmetic) {
 
 }  // namespace
 }  // namespace zaya
+
+namespace zaya {
+namespace {
+
+// The auxiliary router losses through the whole model: the gradient they add (with aux minus without)
+// against a central difference of the aux loss along a random direction over one router's parameters.
+TEST(ZayaModel, AuxiliaryRouterLossGradientsMatchFiniteDifferences) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.02, 6);
+  const RandomStream rng(8, RngPurpose::Test, 0);
+  std::vector<const ParamInfo*> router;
+  for (const ParamInfo& p : params.table().params()) {
+    if (p.layer != 1 || p.name.find("mlp.gate.") == std::string::npos || !p.trainable()) continue;
+    router.push_back(&p);
+    float* v = params.value(p);
+    for (int64_t i = 0; i < p.numel(); ++i)
+      v[i] += 0.3f * rng.normal(uint64_t(p.offset + i));  // decisive routing
+  }
+  const std::vector<int32_t> ids = random_ids(2 * 24, config.vocab_size, 3);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 24);
+  const Batch batch{ids.data(), labels.data(), nullptr, 2, 24};
+  const float scale = 1.0f / 46.0f;
+  ZayaModel model(params, cpu_ops());
+
+  auto router_grads = [&](const RouterAuxLoss& aux) {
+    model.set_router_aux_loss(aux);
+    params.zero_grads();
+    model.forward_backward(batch, scale);
+    std::vector<float> out;
+    for (const ParamInfo* p : router) out.insert(out.end(), params.grad(*p), params.grad(*p) + p->numel());
+    return out;
+  };
+  const RouterAuxLoss aux{1.0f, 0.1f};
+  const std::vector<float> with = router_grads(aux), without = router_grads({});
+  // A unit direction, so that a small step moves the router's outputs by little and flips no routing choice.
+  std::vector<float> direction(with.size());
+  double norm = 0, analytic = 0;
+  for (size_t i = 0; i < with.size(); ++i) {
+    direction[i] = rng.normal(1000000 + i);
+    norm += double(direction[i]) * direction[i];
+  }
+  for (size_t i = 0; i < with.size(); ++i) {
+    direction[i] = float(direction[i] / std::sqrt(norm));
+    analytic += double(with[i] - without[i]) * direction[i];
+  }
+  model.set_router_aux_loss(aux);
+  auto aux_loss_at = [&](double step) {
+    size_t k = 0;
+    for (const ParamInfo* p : router) {
+      for (int64_t i = 0; i < p->numel(); ++i) params.value(*p)[i] += float(step) * direction[k++];
+    }
+    const double value = model.forward(batch).aux_loss_sum * scale;
+    k = 0;
+    for (const ParamInfo* p : router) {
+      for (int64_t i = 0; i < p->numel(); ++i) params.value(*p)[i] -= float(step) * direction[k++];
+    }
+    return value;
+  };
+  const double h = 1e-2;
+  const double numeric = (aux_loss_at(h) - aux_loss_at(-h)) / (2 * h);
+  EXPECT_GT(std::abs(analytic), 1e-3);
+  EXPECT_NEAR(analytic, numeric, 0.02 * std::abs(numeric));
+}
+
+}  // namespace
+}  // namespace zaya

@@ -60,7 +60,9 @@ std::vector<float> with_singular_values(int64_t rows, int64_t cols, const std::v
 std::vector<double> singular_values(const std::vector<float>& x, int64_t rows, int64_t cols) {
   const bool tall = rows > cols;
   const int64_t n = tall ? cols : rows, m = tall ? rows : cols;
-  auto at = [&](int64_t i, int64_t k) { return double(tall ? x[size_t(k * cols + i)] : x[size_t(i * cols + k)]); };
+  auto at = [&](int64_t i, int64_t k) {
+    return double(tall ? x[size_t(k * cols + i)] : x[size_t(i * cols + k)]);
+  };
   Matrix a(size_t(n * n));
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -115,7 +117,8 @@ class NewtonSchulz : public ::testing::TestWithParam<NsCase> {};
 // to 1; that is the point of its coefficients) and keeps zero singular values at zero.
 TEST_P(NewtonSchulz, SingularValuesLandInTheQuinticBand) {
   const NsCase& c = GetParam();
-  const std::vector<double> out = orthogonalised(with_singular_values(c.rows, c.cols, c.sigma), c.rows, c.cols);
+  const std::vector<double> out =
+      orthogonalised(with_singular_values(c.rows, c.cols, c.sigma), c.rows, c.cols);
   for (size_t i = 0; i < out.size(); ++i) {
     if (i < c.sigma.size()) {
       EXPECT_GE(out[i], 0.65) << c.name << " singular value " << i;
@@ -128,7 +131,8 @@ TEST_P(NewtonSchulz, SingularValuesLandInTheQuinticBand) {
 
 std::vector<double> log_spaced(int count, double largest, double smallest) {
   std::vector<double> out;
-  for (int i = 0; i < count; ++i) out.push_back(largest * std::pow(smallest / largest, double(i) / (count - 1)));
+  for (int i = 0; i < count; ++i)
+    out.push_back(largest * std::pow(smallest / largest, double(i) / (count - 1)));
   return out;
 }
 
@@ -194,22 +198,25 @@ TEST(ParamGroups, DefaultRulesSendMatricesToMuonAndSkipDecayOnGains) {
     ADD_FAILURE() << name;
     return ParamAssignment{};
   };
-  for (const char* name : {"model.layers.0.self_attn.qkv_proj.q_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-                           "model.layers.1.self_attn.qkv_proj.v_proj_delayed.weight",
-                           "model.layers.1.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
-                           "model.layers.0.mlp.gate.down_proj.weight", "model.layers.1.mlp.gate.router_mlp.fc2.weight",
-                           "model.layers.1.mlp.gate.router_mlp.out_proj.weight"}) {
+  for (const char* name :
+       {"model.layers.0.self_attn.qkv_proj.q_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.1.self_attn.qkv_proj.v_proj_delayed.weight", "model.layers.1.mlp.experts.gate_up_proj",
+        "model.layers.0.mlp.experts.down_proj", "model.layers.0.mlp.gate.down_proj.weight",
+        "model.layers.1.mlp.gate.router_mlp.fc2.weight",
+        "model.layers.1.mlp.gate.router_mlp.out_proj.weight"}) {
     EXPECT_EQ(find(name).optimizer, OptimizerKind::Muon) << name;
     EXPECT_TRUE(find(name).weight_decay) << name;
   }
-  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.conv_qk_grouped.weight"}) {
+  for (const char* name :
+       {"model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.conv_qk_grouped.weight"}) {
     EXPECT_EQ(find(name).optimizer, OptimizerKind::AdamW) << name;
     EXPECT_TRUE(find(name).weight_decay) << name;
   }
-  for (const char* name : {"model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.qk_norm.temp",
-                           "model.layers.1.mlp.gate.router_states_scale", "model.layers.0.mlp.gate.down_proj.bias",
-                           "model.layers.0.post_mlp_residual_scale.residual_bias", "model.input_hidden_states_scale",
-                           "model.layers.0.self_attn.qkv_proj.conv_qk_depthwise.bias"}) {
+  for (const char* name :
+       {"model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.qk_norm.temp",
+        "model.layers.1.mlp.gate.router_states_scale", "model.layers.0.mlp.gate.down_proj.bias",
+        "model.layers.0.post_mlp_residual_scale.residual_bias", "model.input_hidden_states_scale",
+        "model.layers.0.self_attn.qkv_proj.conv_qk_depthwise.bias"}) {
     EXPECT_EQ(find(name).optimizer, OptimizerKind::AdamW) << name;
     EXPECT_FALSE(find(name).weight_decay) << name;
   }
@@ -219,10 +226,11 @@ TEST(ParamGroups, DefaultRulesSendMatricesToMuonAndSkipDecayOnGains) {
 
 TEST(ParamGroups, RulesAreCheckedAgainstTheModel) {
   const ParameterTable table(model_dims(preset_config("tiny")));
-  EXPECT_THROW(assign_param_groups(table, {{"*.weight", OptimizerKind::AdamW, false, 1}}), Error);  // biases unmatched
+  EXPECT_THROW(assign_param_groups(table, {{"*.weight", OptimizerKind::AdamW, false, 1}}),
+               Error);                                                                     // biases unmatched
   EXPECT_THROW(assign_param_groups(table, {{"*", OptimizerKind::Muon, true, 1}}), Error);  // vectors to Muon
-  const auto custom = assign_param_groups(table, {{"*.experts.*", OptimizerKind::AdamW, false, 0.5f},
-                                                  {"*", OptimizerKind::AdamW, true, 1}});
+  const auto custom = assign_param_groups(
+      table, {{"*.experts.*", OptimizerKind::AdamW, false, 0.5f}, {"*", OptimizerKind::AdamW, true, 1}});
   for (const ParamAssignment& a : custom) {
     if (a.param->role == ParamRole::ExpertWeight) {
       EXPECT_FLOAT_EQ(a.lr_multiplier, 0.5f);
@@ -244,13 +252,13 @@ int64_t steps_to_balance(BalancingMode mode, float lr) {
   config.mode = mode;
   config.lr = lr;
   BalancingController controller(config, 1, experts);
-  std::vector<float> biases(static_cast<size_t>(routes), 0.0f), probs(logits.size()), gate(static_cast<size_t>(tokens)),
-      lse(static_cast<size_t>(tokens));
+  std::vector<float> biases(static_cast<size_t>(routes), 0.0f), probs(logits.size()),
+      gate(static_cast<size_t>(tokens)), lse(static_cast<size_t>(tokens));
   biases.back() = -1.0f;
   std::vector<int32_t> choice(static_cast<size_t>(tokens));
   for (int64_t step = 0; step < 2000; ++step) {
-    cpu_ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(), gate.data(),
-                         lse.data());
+    cpu_ops().route_top1(logits.data(), biases.data(), tokens, routes, probs.data(), choice.data(),
+                         gate.data(), lse.data());
     std::vector<std::vector<int64_t>> counts(1, std::vector<int64_t>(size_t(routes), 0));
     for (int32_t c : choice) ++counts[0][size_t(c)];
     const int64_t busiest = *std::max_element(counts[0].begin(), counts[0].end() - 1);

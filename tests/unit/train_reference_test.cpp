@@ -32,7 +32,8 @@ TEST(TrainReference, TenStepsMatchTheTorchReference) {
 
   ZayaModel model(*loaded.params, cpu_ops());
   Optimizer optimizer(*loaded.params, config, cpu_ops());
-  BalancingController balancing(balancing_config, loaded.params->dims().layers, loaded.params->dims().experts);
+  BalancingController balancing(balancing_config, loaded.params->dims().layers,
+                                loaded.params->dims().experts);
   TrainStep train(model, optimizer, balancing);
 
   const std::vector<float> want_loss = ref.floats("loss"), want_norm = ref.floats("grad_norm");

@@ -28,7 +28,8 @@ double CpuOps::sum_squares(const float* x, int64_t count) {
   return total;
 }
 
-void CpuOps::adamw_step(float* param, const float* grad, float* m, float* v, int64_t count, const AdamWStep& s) {
+void CpuOps::adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,
+                        const AdamWStep& s) {
   const float step_size = s.lr / s.bias_correction1, sqrt_correction2 = std::sqrt(s.bias_correction2);
   const float keep = 1.0f - s.lr * s.weight_decay;
 #pragma omp parallel for simd schedule(static)

@@ -1,0 +1,159 @@
+#include "train/train_config.h"
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "train/toml_reader.h"
+
+namespace zaya {
+namespace {
+
+// Calls parse(text) and re-throws its Error as one about `key` of `reader`.
+template <class Parse>
+auto parse_enum(TomlReader& reader, const char* key, const std::string& fallback, Parse parse) {
+  const std::string text = reader.string(key, fallback);
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    reader.fail(key, e.message());
+  }
+}
+
+void positive(TomlReader& reader, const char* key, double value) {
+  if (!(value > 0)) reader.fail(key, "must be positive");
+}
+
+void in_unit_interval(TomlReader& reader, const char* key, double value) {
+  if (!(value >= 0 && value < 1)) reader.fail(key, "must be in [0, 1)");
+}
+
+void read_optimizer(TomlReader section, OptimizerConfig& out) {
+  out.lr = float(section.number("lr", out.lr));
+  out.weight_decay = float(section.number("weight_decay", out.weight_decay));
+  out.grad_clip = float(section.number("grad_clip", out.grad_clip));
+  positive(section, "lr", out.lr);
+  if (out.weight_decay < 0) section.fail("weight_decay", "must not be negative");
+  if (out.grad_clip < 0) section.fail("grad_clip", "must not be negative (0 turns clipping off)");
+
+  TomlReader muon = section.table("muon");
+  out.muon.momentum = float(muon.number("momentum", out.muon.momentum));
+  out.muon.nesterov = muon.boolean("nesterov", out.muon.nesterov);
+  out.muon.ns_steps = int(muon.integer("ns_steps", out.muon.ns_steps));
+  const std::vector<double> coefficients = muon.numbers(
+      "ns_coefficients", {out.muon.ns_coefficients[0], out.muon.ns_coefficients[1], out.muon.ns_coefficients[2]});
+  if (coefficients.size() != 3) muon.fail("ns_coefficients", "expected three numbers (a, b, c)");
+  for (int i = 0; i < 3; ++i) out.muon.ns_coefficients[i] = float(coefficients[size_t(i)]);
+  out.muon.rms_scale = float(muon.number("rms_scale", out.muon.rms_scale));
+  out.muon.lr_multiplier = float(muon.number("lr_multiplier", out.muon.lr_multiplier));
+  in_unit_interval(muon, "momentum", out.muon.momentum);
+  if (out.muon.ns_steps < 0 || out.muon.ns_steps > 100) muon.fail("ns_steps", "must be in [0, 100]");
+  positive(muon, "rms_scale", out.muon.rms_scale);
+  if (out.muon.lr_multiplier < 0) muon.fail("lr_multiplier", "must not be negative");
+  muon.finish();
+
+  TomlReader adamw = section.table("adamw");
+  out.adamw.beta1 = float(adamw.number("beta1", out.adamw.beta1));
+  out.adamw.beta2 = float(adamw.number("beta2", out.adamw.beta2));
+  out.adamw.eps = float(adamw.number("eps", out.adamw.eps));
+  out.adamw.lr_multiplier = float(adamw.number("lr_multiplier", out.adamw.lr_multiplier));
+  in_unit_interval(adamw, "beta1", out.adamw.beta1);
+  in_unit_interval(adamw, "beta2", out.adamw.beta2);
+  positive(adamw, "eps", out.adamw.eps);
+  if (out.adamw.lr_multiplier < 0) adamw.fail("lr_multiplier", "must not be negative");
+  adamw.finish();
+
+  if (section.has("groups")) {
+    out.groups.clear();
+    for (TomlReader rule : section.tables("groups")) {
+      GroupRule group;
+      group.pattern = rule.string("pattern", "");
+      if (group.pattern.empty()) rule.fail("pattern", "missing: a glob over parameter names");
+      group.optimizer = parse_enum(rule, "optimizer", "adamw", [](const std::string& name) {
+        if (name == "muon") return OptimizerKind::Muon;
+        if (name == "adamw") return OptimizerKind::AdamW;
+        throw Error("expected \"muon\" or \"adamw\", got \"" + name + "\"");
+      });
+      group.weight_decay = rule.boolean("weight_decay", false);
+      group.lr_multiplier = float(rule.number("lr_multiplier", 1.0));
+      if (group.lr_multiplier < 0) rule.fail("lr_multiplier", "must not be negative");
+      rule.finish();
+      out.groups.push_back(group);
+    }
+  }
+  section.finish();
+}
+
+void read_schedule(TomlReader section, ScheduleConfig& out) {
+  out.kind = parse_enum(section, "kind", "wsd", parse_schedule_kind);
+  out.warmup_tokens = section.integer("warmup_tokens", out.warmup_tokens);
+  out.decay_fraction = section.number("decay_fraction", out.decay_fraction);
+  out.decay_shape = parse_enum(section, "decay_shape", "linear", parse_decay_shape);
+  out.min_lr_ratio = section.number("min_lr_ratio", out.min_lr_ratio);
+  if (out.warmup_tokens < 0) section.fail("warmup_tokens", "must not be negative");
+  if (!(out.decay_fraction >= 0 && out.decay_fraction <= 1)) section.fail("decay_fraction", "must be in [0, 1]");
+  if (!(out.min_lr_ratio >= 0 && out.min_lr_ratio <= 1)) section.fail("min_lr_ratio", "must be in [0, 1]");
+  section.finish();
+}
+
+void read_balancing(TomlReader section, BalancingConfig& out) {
+  out.mode = parse_enum(section, "mode", "adam", parse_balancing_mode);
+  out.lr = float(section.number("lr", out.lr));
+  out.beta1 = float(section.number("beta1", out.beta1));
+  out.beta2 = float(section.number("beta2", out.beta2));
+  out.eps = float(section.number("eps", out.eps));
+  out.skip = parse_enum(section, "skip", "free", parse_skip_policy);
+  out.skip_target = float(section.number("skip_target", out.skip_target));
+  positive(section, "lr", out.lr);
+  in_unit_interval(section, "beta1", out.beta1);
+  in_unit_interval(section, "beta2", out.beta2);
+  positive(section, "eps", out.eps);
+  if (!(out.skip_target >= 0 && out.skip_target < 1)) section.fail("skip_target", "must be in [0, 1)");
+  section.finish();
+}
+
+void read_aux_loss(TomlReader section, RouterAuxLoss& out) {
+  out.switch_weight = float(section.number("switch_weight", out.switch_weight));
+  out.z_weight = float(section.number("z_weight", out.z_weight));
+  if (out.switch_weight < 0) section.fail("switch_weight", "must not be negative");
+  if (out.z_weight < 0) section.fail("z_weight", "must not be negative");
+  section.finish();
+}
+
+void read_batch(TomlReader section, BatchRampConfig& out) {
+  out.micro_batch = section.integer("micro_batch", out.micro_batch);
+  out.end_sequences = section.integer("sequences", out.end_sequences);
+  out.start_sequences = section.integer("start_sequences", out.start_sequences);
+  out.ramp_tokens = section.integer("ramp_tokens", out.ramp_tokens);
+  out.sqrt_lr_scaling = section.boolean("sqrt_lr_scaling", out.sqrt_lr_scaling);
+  if (out.micro_batch <= 0) section.fail("micro_batch", "must be positive");
+  if (out.end_sequences <= 0) section.fail("sequences", "must be positive");
+  if (out.end_sequences % out.micro_batch) section.fail("sequences", "must be a multiple of micro_batch");
+  if (out.start_sequences < 0 || out.start_sequences % out.micro_batch) {
+    section.fail("start_sequences", "must be a multiple of micro_batch (0: no ramp)");
+  }
+  if (out.start_sequences > out.end_sequences) section.fail("start_sequences", "must not exceed sequences");
+  if (out.ramp_tokens < 0) section.fail("ramp_tokens", "must not be negative");
+  section.finish();
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(std::string_view text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  const toml::table root = parse_toml(text, source, overrides);
+  TomlReader reader(&root, "", &source);
+  TrainConfig config;
+  config.source = source;
+  read_optimizer(reader.table("optimizer"), config.optimizer);
+  read_schedule(reader.table("schedule"), config.schedule);
+  read_balancing(reader.table("balancing"), config.balancing);
+  read_aux_loss(reader.table("aux_loss"), config.aux_loss);
+  read_batch(reader.table("batch"), config.batch);
+  reader.finish();
+  return config;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_train_config(read_text_file(path), path, overrides);
+}
+
+}  // namespace zaya
