@@ -11,6 +11,8 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libzstd-dev
+  libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
+  libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
   python3.11-doc        # the default demo corpus: the Python documentation sources
 )
 
