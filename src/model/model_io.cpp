@@ -17,7 +17,11 @@ LoadedModel load_model(const std::string& dir) {
   LoadedModel model;
   model.config = load_config((fs::path(dir) / "config.json").string());
   model.params = std::make_unique<ParameterStore>(model_dims(model.config));
-  ParameterStore& params = *model.params;
+  load_weights(dir, *model.params, model.config.tie_word_embeddings);
+  return model;
+}
+
+void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings) {
   const WeightSet weights(dir);
 
   std::set<std::string> expected;
@@ -40,16 +44,13 @@ LoadedModel load_model(const std::string& dir) {
   }
   for (const std::string& name : weights.names()) {
     // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
-    if (!expected.count(name) && !(name == "lm_head.weight" && model.config.tie_word_embeddings)) {
+    if (!expected.count(name) && !(name == "lm_head.weight" && tied_embeddings)) {
       throw Error("the model has no parameter of this name").file(dir).tensor(name);
     }
   }
-  return model;
 }
 
-namespace {
-
-std::string generation_config_json(const ZayaConfig& config) {
+void write_generation_config(const ZayaConfig& config, const std::string& path) {
   nlohmann::json out = {{"_from_model_config", true}, {"use_cache", true}};
   if (config.bos_token_id) out["bos_token_id"] = *config.bos_token_id;
   if (config.pad_token_id) out["pad_token_id"] = *config.pad_token_id;
@@ -58,10 +59,8 @@ std::string generation_config_json(const ZayaConfig& config) {
   } else if (!config.eos_token_id.empty()) {
     out["eos_token_id"] = config.eos_token_id[0];
   }
-  return out.dump(2) + "\n";
+  write_file_atomic(path, out.dump(2) + "\n");
 }
-
-}  // namespace
 
 void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,
                 const SaveOptions& options) {
@@ -88,7 +87,7 @@ void save_model(const ZayaConfig& config, const ParameterStore& params, const st
   ZayaConfig saved = config;
   saved.dtype = options.dtype;
   save_config(saved, (fs::path(dir) / "config.json").string());
-  write_file_atomic((fs::path(dir) / "generation_config.json").string(), generation_config_json(config));
+  write_generation_config(config, (fs::path(dir) / "generation_config.json").string());
 }
 
 void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed) {

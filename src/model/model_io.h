@@ -19,6 +19,8 @@ struct LoadedModel {
 // Reads config.json and the weights (f32, bf16 or f16, converted to f32). Every parameter must be present
 // with its exact shape; a tensor the model does not have is an error too. Errors name the file and tensor.
 LoadedModel load_model(const std::string& dir);
+// The weights of a model directory into an existing store of the same shape.
+void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings);
 
 struct SaveOptions {
   std::string dtype = "float32";  // or "bfloat16"
@@ -29,6 +31,8 @@ struct SaveOptions {
 // the tied lm_head is not stored, as transformers does).
 void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,
                 const SaveOptions& options = {});
+// generation_config.json: the special token ids, as transformers writes it for a model config.
+void write_generation_config(const ZayaConfig& config, const std::string& path);
 
 // transformers' _init_weights: normal(0, initializer_range) for linear, convolution, embedding and expert
 // weights (the padding row of the embedding zeroed), ones for norms and scales, zeros for biases and key

@@ -21,7 +21,9 @@ const toml::node* TomlReader::get(const char* key) {
   return table_ ? table_->get(key) : nullptr;
 }
 
-bool TomlReader::has(const char* key) const { return table_ && table_->contains(key); }
+bool TomlReader::has(const char* key) const {
+  return table_ && table_->contains(key);
+}
 
 double TomlReader::number(const char* key, double fallback) {
   const toml::node* node = get(key);
@@ -135,7 +137,8 @@ toml::table override_value(const std::string& text) {
 
 }  // namespace
 
-toml::table parse_toml(std::string_view text, const std::string& source, const std::vector<std::string>& overrides) {
+toml::table parse_toml(std::string_view text, const std::string& source,
+                       const std::vector<std::string>& overrides) {
   toml::table root;
   try {
     root = toml::parse(text, source);
@@ -158,6 +161,17 @@ toml::table parse_toml(std::string_view text, const std::string& source, const s
       if (!child) {
         table->insert(part, toml::table{});
         child = table->get(part);
+      }
+      // "stages.1.seq_len": a number after an array of tables picks one of them.
+      if (child->is_array_of_tables()) {
+        toml::array& array = *child->as_array();
+        size_t index = 0;
+        const bool numeric = !next.empty() && next.find_first_not_of("0123456789") == std::string::npos;
+        if (!numeric || (index = std::stoul(next)) >= array.size()) {
+          throw Error(cat("no element ", next, " in ", part)).field("--set " + path);
+        }
+        child = array.get(index);
+        if (!std::getline(parts, next, '.')) throw Error("names a table, not a key").field("--set " + path);
       }
       if (!child->is_table()) throw Error(part + " is not a table").field("--set " + path);
       table = child->as_table();

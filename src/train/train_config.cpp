@@ -38,8 +38,9 @@ void read_optimizer(TomlReader section, OptimizerConfig& out) {
   out.muon.momentum = float(muon.number("momentum", out.muon.momentum));
   out.muon.nesterov = muon.boolean("nesterov", out.muon.nesterov);
   out.muon.ns_steps = int(muon.integer("ns_steps", out.muon.ns_steps));
-  const std::vector<double> coefficients = muon.numbers(
-      "ns_coefficients", {out.muon.ns_coefficients[0], out.muon.ns_coefficients[1], out.muon.ns_coefficients[2]});
+  const std::vector<double> coefficients =
+      muon.numbers("ns_coefficients",
+                   {out.muon.ns_coefficients[0], out.muon.ns_coefficients[1], out.muon.ns_coefficients[2]});
   if (coefficients.size() != 3) muon.fail("ns_coefficients", "expected three numbers (a, b, c)");
   for (int i = 0; i < 3; ++i) out.muon.ns_coefficients[i] = float(coefficients[size_t(i)]);
   out.muon.rms_scale = float(muon.number("rms_scale", out.muon.rms_scale));
@@ -89,7 +90,8 @@ void read_schedule(TomlReader section, ScheduleConfig& out) {
   out.decay_shape = parse_enum(section, "decay_shape", "linear", parse_decay_shape);
   out.min_lr_ratio = section.number("min_lr_ratio", out.min_lr_ratio);
   if (out.warmup_tokens < 0) section.fail("warmup_tokens", "must not be negative");
-  if (!(out.decay_fraction >= 0 && out.decay_fraction <= 1)) section.fail("decay_fraction", "must be in [0, 1]");
+  if (!(out.decay_fraction >= 0 && out.decay_fraction <= 1))
+    section.fail("decay_fraction", "must be in [0, 1]");
   if (!(out.min_lr_ratio >= 0 && out.min_lr_ratio <= 1)) section.fail("min_lr_ratio", "must be in [0, 1]");
   section.finish();
 }
@@ -135,7 +137,112 @@ void read_batch(TomlReader section, BatchRampConfig& out) {
   section.finish();
 }
 
+void read_run(TomlReader section, RunSection& out) {
+  out.seed = uint64_t(section.integer("seed", int64_t(out.seed)));
+  out.threads = int(section.integer("threads", out.threads));
+  if (out.threads < 0) section.fail("threads", "must not be negative");
+  section.finish();
+}
+
+void read_model(TomlReader section, ModelSection& out) {
+  out.preset = section.string("preset", out.preset);
+  out.config = section.string("config", out.config);
+  out.init = section.string("init", out.init);
+  out.vocab_size = section.integer("vocab_size", out.vocab_size);
+  out.dtype = section.string("dtype", out.dtype);
+  const int sources = !out.preset.empty() + !out.config.empty() + !out.init.empty();
+  if (sources != 1) section.fail("preset", "give exactly one of preset, config or init");
+  if (out.vocab_size < 0) section.fail("vocab_size", "must not be negative");
+  if (out.dtype != "float32" && out.dtype != "bfloat16")
+    section.fail("dtype", "expected \"float32\" or \"bfloat16\"");
+  section.finish();
+}
+
+void read_data(TomlReader section, DataSection& out) {
+  out.tokenizer = section.string("tokenizer", out.tokenizer);
+  out.validation = section.string("validation", out.validation);
+  if (out.tokenizer.empty()) section.fail("tokenizer", "missing: the run needs a tokenizer.json");
+  section.finish();
+}
+
+void read_stages(std::vector<TomlReader> sections, std::vector<StageConfig>& out, TomlReader& root) {
+  if (sections.empty())
+    root.fail("stages", "missing: at least one [[stages]] with tokens, seq_len and mixture");
+  for (TomlReader& section : sections) {
+    StageConfig stage;
+    stage.name = section.string("name", "stage" + std::to_string(out.size() + 1));
+    stage.tokens = section.integer("tokens", 0);
+    stage.seq_len = section.integer("seq_len", 0);
+    stage.rope_theta = section.number("rope_theta", 0.0);
+    stage.lr_multiplier = section.number("lr_multiplier", 1.0);
+    if (stage.tokens <= 0) section.fail("tokens", "must be positive");
+    if (stage.seq_len <= 0) section.fail("seq_len", "must be positive");
+    if (stage.rope_theta < 0) section.fail("rope_theta", "must be positive (or 0 to keep the model's)");
+    if (stage.lr_multiplier < 0) section.fail("lr_multiplier", "must not be negative");
+    TomlReader mixture = section.table("mixture");
+    for (const std::string& prefix : mixture.keys()) {
+      const double weight = mixture.number(prefix.c_str(), 0.0);
+      if (!(weight > 0)) mixture.fail(prefix, "weight must be positive");
+      stage.mixture.push_back({prefix, weight});
+    }
+    if (stage.mixture.empty()) section.fail("mixture", "missing: { \"path/prefix\" = weight, ... }");
+    mixture.finish();
+    section.finish();
+    out.push_back(std::move(stage));
+  }
+}
+
+void read_checkpoint(TomlReader section, CheckpointSection& out) {
+  out.every_steps = section.integer("every_steps", out.every_steps);
+  out.every_minutes = section.number("every_minutes", out.every_minutes);
+  out.keep = int(section.integer("keep", out.keep));
+  if (out.every_steps < 0) section.fail("every_steps", "must not be negative");
+  if (out.every_minutes < 0) section.fail("every_minutes", "must not be negative");
+  if (out.keep < 1) section.fail("keep", "must be at least 1");
+  section.finish();
+}
+
+void read_eval(TomlReader section, EvalSection& out) {
+  out.every_steps = section.integer("every_steps", out.every_steps);
+  out.tokens = section.integer("tokens", out.tokens);
+  out.micro_batch = section.integer("micro_batch", out.micro_batch);
+  if (out.every_steps < 0) section.fail("every_steps", "must not be negative");
+  if (out.tokens <= 0) section.fail("tokens", "must be positive");
+  if (out.micro_batch <= 0) section.fail("micro_batch", "must be positive");
+  section.finish();
+}
+
+void read_sample(TomlReader section, SampleSection& out) {
+  out.every_steps = section.integer("every_steps", out.every_steps);
+  out.prompt = section.string("prompt", out.prompt);
+  out.max_new_tokens = section.integer("max_new_tokens", out.max_new_tokens);
+  out.temperature = section.number("temperature", out.temperature);
+  out.top_p = section.number("top_p", out.top_p);
+  if (out.every_steps < 0) section.fail("every_steps", "must not be negative");
+  if (out.max_new_tokens < 0) section.fail("max_new_tokens", "must not be negative");
+  if (out.temperature < 0) section.fail("temperature", "must not be negative (0: greedy)");
+  if (!(out.top_p > 0 && out.top_p <= 1)) section.fail("top_p", "must be in (0, 1]");
+  section.finish();
+}
+
+void read_log(TomlReader section, LogSection& out) {
+  out.every_steps = section.integer("every_steps", out.every_steps);
+  out.console_seconds = section.number("console_seconds", out.console_seconds);
+  out.tensorboard = section.boolean("tensorboard", out.tensorboard);
+  out.max_bad_steps = int(section.integer("max_bad_steps", out.max_bad_steps));
+  if (out.every_steps < 1) section.fail("every_steps", "must be at least 1");
+  if (!(out.console_seconds > 0)) section.fail("console_seconds", "must be positive");
+  if (out.max_bad_steps < 1) section.fail("max_bad_steps", "must be at least 1");
+  section.finish();
+}
+
 }  // namespace
+
+int64_t TrainConfig::total_tokens() const {
+  int64_t total = 0;
+  for (const StageConfig& stage : stages) total += stage.tokens;
+  return total;
+}
 
 TrainConfig parse_train_config(std::string_view text, const std::string& source,
                                const std::vector<std::string>& overrides) {
@@ -143,6 +250,14 @@ TrainConfig parse_train_config(std::string_view text, const std::string& source,
   TomlReader reader(&root, "", &source);
   TrainConfig config;
   config.source = source;
+  read_run(reader.table("run"), config.run);
+  read_model(reader.table("model"), config.model);
+  read_data(reader.table("data"), config.data);
+  read_stages(reader.tables("stages"), config.stages, reader);
+  read_checkpoint(reader.table("checkpoint"), config.checkpoint);
+  read_eval(reader.table("eval"), config.eval);
+  read_sample(reader.table("sample"), config.sample);
+  read_log(reader.table("log"), config.log);
   read_optimizer(reader.table("optimizer"), config.optimizer);
   read_schedule(reader.table("schedule"), config.schedule);
   read_balancing(reader.table("balancing"), config.balancing);

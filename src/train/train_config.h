@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/loader.h"
 #include "model/zaya_model.h"
 #include "optim/balancing.h"
 #include "optim/batch_ramp.h"
@@ -14,13 +15,77 @@
 
 namespace zaya {
 
+struct RunSection {
+  uint64_t seed = 0;
+  int threads = 0;  // 0: all cores (or OMP_NUM_THREADS)
+};
+
+// Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.
+struct ModelSection {
+  std::string preset, config, init;
+  int64_t vocab_size = 0;         // 0: the tokenizer's
+  std::string dtype = "float32";  // of the exported weights: "float32" or "bfloat16"
+};
+
+struct DataSection {
+  std::string tokenizer;   // tokenizer.json: its vocabulary, end-of-document token and decoding
+  std::string validation;  // an indexed dataset held out for evaluation ("" for none)
+};
+
+// One phase of training, as ZAYA1 was trained in three.
+struct StageConfig {
+  std::string name;
+  int64_t tokens = 0;  // this stage's budget
+  int64_t seq_len = 0;
+  double rope_theta = 0;  // 0: keep the model's
+  double lr_multiplier = 1.0;
+  std::vector<MixtureEntry> mixture;
+};
+
+struct CheckpointSection {
+  int64_t every_steps = 0;   // 0: not by steps
+  double every_minutes = 0;  // 0: not by time
+  int keep = 3;              // the newest checkpoints kept
+};
+
+struct EvalSection {
+  int64_t every_steps = 0;  // 0: only at the end
+  int64_t tokens = 65536;   // held-out tokens per evaluation
+  int64_t micro_batch = 8;  // sequences per forward pass
+};
+
+struct SampleSection {
+  int64_t every_steps = 0;  // 0: only at the end
+  std::string prompt = "The";
+  int64_t max_new_tokens = 48;
+  double temperature = 0.8;
+  double top_p = 0.95;
+};
+
+struct LogSection {
+  int64_t every_steps = 1;      // metrics.jsonl and TensorBoard
+  double console_seconds = 10;  // off a terminal: one plain line this often
+  bool tensorboard = true;
+  int max_bad_steps = 5;  // non-finite steps in a row before the run stops
+};
+
 struct TrainConfig {
   std::string source;  // the file it came from
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  std::vector<StageConfig> stages;
+  CheckpointSection checkpoint;
+  EvalSection eval;
+  SampleSection sample;
+  LogSection log;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   BalancingConfig balancing;
   RouterAuxLoss aux_loss;
   BatchRampConfig batch;
+
+  int64_t total_tokens() const;
 };
 
 // overrides: "section.key=value", value in TOML syntax (a bare word is taken as a string); applied before

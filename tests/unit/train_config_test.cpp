@@ -6,8 +6,20 @@
 namespace zaya {
 namespace {
 
+// The keys a run cannot do without.
+const std::string kMinimal = R"(
+[model]
+preset = "tiny"
+[data]
+tokenizer = "tokenizer.json"
+[[stages]]
+tokens = 100000
+seq_len = 64
+mixture = { "data/docs_train" = 1.0 }
+)";
+
 TEST(TrainConfig, EmptyMeansTheDocumentedDefaults) {
-  const TrainConfig c = parse_train_config("", "empty.toml");
+  const TrainConfig c = parse_train_config(kMinimal, "minimal.toml");
   EXPECT_FLOAT_EQ(c.optimizer.lr, 3e-3f);
   EXPECT_FLOAT_EQ(c.optimizer.muon.momentum, 0.95f);
   EXPECT_TRUE(c.optimizer.muon.nesterov);
@@ -23,7 +35,7 @@ TEST(TrainConfig, EmptyMeansTheDocumentedDefaults) {
 }
 
 TEST(TrainConfig, ReadsEverySection) {
-  const TrainConfig c = parse_train_config(R"(
+  const TrainConfig c = parse_train_config(kMinimal + R"(
 [optimizer]
 lr = 0.02
 weight_decay = 0
@@ -79,15 +91,73 @@ sqrt_lr_scaling = true
   EXPECT_TRUE(c.batch.sqrt_lr_scaling);
 }
 
+TEST(TrainConfig, ReadsTheRunSections) {
+  const TrainConfig c = parse_train_config(R"(
+[run]
+seed = 7
+threads = 2
+[model]
+init = "runs/previous/model"
+dtype = "bfloat16"
+[data]
+tokenizer = "tok.json"
+validation = "data/docs_val"
+[[stages]]
+name = "short"
+tokens = 1_000
+seq_len = 128
+mixture = { "data/a" = 3, "data/b" = 1 }
+[[stages]]
+name = "long"
+tokens = 500
+seq_len = 1024
+rope_theta = 1e6
+lr_multiplier = 0.5
+mixture = { "data/b" = 1 }
+[checkpoint]
+every_steps = 50
+every_minutes = 2.5
+keep = 2
+[eval]
+every_steps = 10
+tokens = 4096
+[sample]
+every_steps = 100
+prompt = "def "
+temperature = 0
+[log]
+console_seconds = 30
+tensorboard = false
+max_bad_steps = 3
+)",
+                                           "run.toml");
+  EXPECT_EQ(c.run.seed, 7u);
+  EXPECT_EQ(c.model.init, "runs/previous/model");
+  EXPECT_EQ(c.data.validation, "data/docs_val");
+  ASSERT_EQ(c.stages.size(), 2u);
+  EXPECT_EQ(c.stages[0].name, "short");
+  ASSERT_EQ(c.stages[0].mixture.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.stages[0].mixture[0].weight + c.stages[0].mixture[1].weight, 4.0);
+  EXPECT_DOUBLE_EQ(c.stages[1].rope_theta, 1e6);
+  EXPECT_EQ(c.total_tokens(), 1500);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  EXPECT_DOUBLE_EQ(c.checkpoint.every_minutes, 2.5);
+  EXPECT_EQ(c.eval.tokens, 4096);
+  EXPECT_EQ(c.sample.prompt, "def ");
+  EXPECT_FALSE(c.log.tensorboard);
+}
+
 TEST(TrainConfig, OverridesApplyBeforeValidation) {
-  const TrainConfig c = parse_train_config("[optimizer]\nlr = 0.1\n", "x.toml",
-                                           {"optimizer.lr=0.5", "schedule.kind=constant", "optimizer.muon.ns_steps=7"});
+  const TrainConfig c =
+      parse_train_config(kMinimal + "[optimizer]\nlr = 0.1\n", "x.toml",
+                         {"optimizer.lr=0.5", "schedule.kind=constant", "optimizer.muon.ns_steps=7"});
   EXPECT_FLOAT_EQ(c.optimizer.lr, 0.5f);
   EXPECT_EQ(c.schedule.kind, ScheduleKind::Constant);
   EXPECT_EQ(c.optimizer.muon.ns_steps, 7);
-  EXPECT_THROW(parse_train_config("", "x.toml", {"optimizer.lr=-1"}), Error);
-  EXPECT_THROW(parse_train_config("", "x.toml", {"optimizer.bogus=1"}), Error);
-  EXPECT_THROW(parse_train_config("", "x.toml", {"no_equals_sign"}), Error);
+  EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"optimizer.lr=-1"}), Error);
+  EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"optimizer.bogus=1"}), Error);
+  EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"no_equals_sign"}), Error);
+  EXPECT_EQ(parse_train_config(kMinimal, "x.toml", {"stages.0.seq_len=128"}).stages[0].seq_len, 128);
 }
 
 struct BadCase {
@@ -99,7 +169,7 @@ class BadTrainConfig : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadTrainConfig, IsAnErrorNamingFileLineAndKey) {
   try {
-    parse_train_config(GetParam().text, "run.toml");
+    parse_train_config(kMinimal + GetParam().text, "run.toml");
     FAIL() << GetParam().text;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(GetParam().want), std::string::npos) << e.what();
@@ -107,18 +177,29 @@ TEST_P(BadTrainConfig, IsAnErrorNamingFileLineAndKey) {
   }
 }
 
+TEST(TrainConfig, TheRunSectionsAreRequired) {
+  EXPECT_THROW(parse_train_config("", "x.toml"), Error);
+  const std::string no_stages = "[model]\npreset = \"tiny\"\n[data]\ntokenizer = \"t.json\"\n";
+  EXPECT_THROW(parse_train_config(no_stages, "x.toml"), Error);
+  EXPECT_THROW(parse_train_config(kMinimal + "[model]\nconfig = \"c.json\"\n", "x.toml"), Error);  // twice
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadTrainConfig,
-    ::testing::Values(BadCase{"[optimizer]\nlr = 1\nlearning_rate = 2\n", "run.toml:3: field 'optimizer.learning_rate': unknown key"},
-                      BadCase{"[optimizer]\nlr = \"fast\"\n", "field 'optimizer.lr': expected a number"},
-                      BadCase{"[schedule]\nkind = \"linear\"\n", "field 'schedule.kind': expected \"constant\""},
-                      BadCase{"[balancing]\nmode = \"pid\"\n", "field 'balancing.mode'"},
-                      BadCase{"[batch]\nmicro_batch = 3\nsequences = 8\n", "field 'batch.sequences'"},
-                      BadCase{"[optimizer.muon]\nns_coefficients = [1, 2]\n", "three numbers"},
-                      BadCase{"[[optimizer.groups]]\noptimizer = \"muon\"\n", "field 'optimizer.groups[0].pattern'"},
-                      BadCase{"[optimizer]\nlr = 0.1\n[optimizer\n", "run.toml:3"},
-                      BadCase{"[nonsense]\n", "field 'nonsense': unknown key"},
-                      BadCase{"[optimizer]\ngrad_clip = -1\n", "grad_clip"}),
+    ::testing::Values(
+        BadCase{"[optimizer]\nlr = 1\nlearning_rate = 2\n", "field 'optimizer.learning_rate': unknown key"},
+        BadCase{"[optimizer]\nlr = \"fast\"\n", "field 'optimizer.lr': expected a number"},
+        BadCase{"[schedule]\nkind = \"linear\"\n", "field 'schedule.kind': expected \"constant\""},
+        BadCase{"[balancing]\nmode = \"pid\"\n", "field 'balancing.mode'"},
+        BadCase{"[batch]\nmicro_batch = 3\nsequences = 8\n", "field 'batch.sequences'"},
+        BadCase{"[optimizer.muon]\nns_coefficients = [1, 2]\n", "three numbers"},
+        BadCase{"[[optimizer.groups]]\noptimizer = \"muon\"\n", "field 'optimizer.groups[0].pattern'"},
+        BadCase{"[optimizer]\nlr = 0.1\n[optimizer\n", "run.toml:12: Error while parsing table header"},
+        BadCase{"[nonsense]\n", "field 'nonsense': unknown key"},
+        BadCase{"[optimizer]\ngrad_clip = -1\n", "grad_clip"},
+        BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 0 }\n", "weight must be positive"},
+        BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 1 }\nwindow = 3\n",
+                "field 'stages[1].window': unknown key"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace
