@@ -133,6 +133,11 @@ class Ops {
                                   const AttentionShape& shape, float scale, float* dq, float* dk,
                                   float* dv) = 0;
 
+  // One query position attending to a cache: q [heads, D], keys and values [length, kv_heads, D] (the
+  // query's own position last), the last `window` keys when window > 0. out [heads, D].
+  virtual void attention_decode(const float* q, const float* keys, const float* values, int64_t length,
+                                const AttentionShape& shape, float scale, float* out) = 0;
+
   // ---- router and experts ----------------------------------------------------------------------
   // probs = softmax(logits) over routes (= experts + 1, the last is the skip route); choice = argmax of
   // probs + biases (first on ties); gate = probs[choice], or 0 when the choice is the skip route;

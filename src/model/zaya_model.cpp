@@ -60,60 +60,17 @@ void check_batch(const Batch& batch, const ModelDims& dims) {
 
 ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, float loss_scale) {
   check_batch(batch, dims_);
-  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels(), R = dims_.router;
-  const int64_t S = batch.seq;
+  const int64_t T = batch.tokens(), H = dims_.hidden;
   arena_.reset();
   scratch_.reset();
   loss_scale_ = loss_scale;
-  for (RouterLayerStats& stats : routing_) {
-    stats.counts.assign(size_t(dims_.routes()), 0);
-    stats.prob_sums.assign(size_t(dims_.routes()), 0.0);
-    stats.entropy_sum = stats.lse_square_sum = 0;
-  }
+  reset_routing_stats();
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
   expert_choice_ = arena_.alloc<int32_t>(size_t(dims_.layers * T));
-  for (int64_t l = 0; l < dims_.layers; ++l) {
-    LayerActivations& a = layers_[size_t(l)];
-    auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
-    a.rstd1 = f(T);
-    a.xn1 = f(T * H);
-    a.qk0 = f(T * C);
-    a.q_res = f(T * dims_.q_dim());
-    a.k_res = f(T * dims_.kv_dim());
-    a.dw = f(batch.batch * (S + dims_.conv_time1 - 1) * C);
-    a.q_pre = f(T * dims_.q_dim());
-    a.k_pre = f(T * dims_.kv_dim());
-    a.q_norms = f(T * dims_.heads);
-    a.k_norms = f(T * dims_.kv_heads);
-    a.q = f(T * dims_.q_dim());
-    a.k = f(T * dims_.kv_dim());
-    a.v = f(T * dims_.kv_dim());
-    a.o = f(T * dims_.q_dim());
-    a.lse = f(batch.batch * dims_.heads * S);
-    a.attn = f(T * H);
-    a.r1 = f(T * H);
-    a.rstd2 = f(T);
-    a.xn2 = f(T * H);
-    a.rh = f(T * R);
-    a.rn_rstd = f(T);
-    a.rn = f(T * R);
-    a.f1_pre = f(T * R);
-    a.f1 = f(T * R);
-    a.f2_pre = f(T * R);
-    a.f2 = f(T * R);
-    a.probs = f(T * dims_.routes());
-    a.choice = expert_choice_ + l * T;
-    a.gate = f(T);
-    a.router_lse = f(T);
-    a.order = arena_.alloc<int32_t>(size_t(T));
-    a.offsets = arena_.alloc<int64_t>(size_t(dims_.experts + 1));
-    a.gate_up = f(T * 2 * dims_.intermediate);
-    a.act = f(T * dims_.intermediate);
-    a.y = f(T * H);
-    a.moe = f(T * H);
-  }
+  for (int64_t l = 0; l < dims_.layers; ++l)
+    allocate_layer(layers_[size_t(l)], batch, expert_choice_ + l * T);
   // Each layer writes its output into the next layer's x_in; the last one into x_final_.
   layers_[0].x_in = x_embed_;
   for (int64_t l = 1; l < dims_.layers; ++l) layers_[size_t(l)].x_in = arena_.alloc<float>(size_t(T * H));
@@ -157,33 +114,81 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   return result;
 }
 
+void ZayaModel::reset_routing_stats() {
+  for (RouterLayerStats& stats : routing_) {
+    stats.counts.assign(size_t(dims_.routes()), 0);
+    stats.prob_sums.assign(size_t(dims_.routes()), 0.0);
+    stats.entropy_sum = stats.lse_square_sum = 0;
+  }
+}
+
+void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice) {
+  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels(), R = dims_.router;
+  auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
+  a.rstd1 = f(T);
+  a.xn1 = f(T * H);
+  a.qk0 = f(T * C);
+  a.q_res = f(T * dims_.q_dim());
+  a.k_res = f(T * dims_.kv_dim());
+  a.dw = f(batch.batch * (batch.seq + dims_.conv_time1 - 1) * C);
+  a.q_pre = f(T * dims_.q_dim());
+  a.k_pre = f(T * dims_.kv_dim());
+  a.q_norms = f(T * dims_.heads);
+  a.k_norms = f(T * dims_.kv_heads);
+  a.q = f(T * dims_.q_dim());
+  a.k = f(T * dims_.kv_dim());
+  a.v = f(T * dims_.kv_dim());
+  a.o = f(T * dims_.q_dim());
+  a.lse = f(batch.batch * dims_.heads * batch.seq);
+  a.attn = f(T * H);
+  a.r1 = f(T * H);
+  a.rstd2 = f(T);
+  a.xn2 = f(T * H);
+  a.rh = f(T * R);
+  a.rn_rstd = f(T);
+  a.rn = f(T * R);
+  a.f1_pre = f(T * R);
+  a.f1 = f(T * R);
+  a.f2_pre = f(T * R);
+  a.f2 = f(T * R);
+  a.probs = f(T * dims_.routes());
+  a.choice = choice;
+  a.gate = f(T);
+  a.router_lse = f(T);
+  a.order = arena_.alloc<int32_t>(size_t(T));
+  a.offsets = arena_.alloc<int64_t>(size_t(dims_.experts + 1));
+  a.gate_up = f(T * 2 * dims_.intermediate);
+  a.act = f(T * dims_.intermediate);
+  a.y = f(T * H);
+  a.moe = f(T * H);
+}
+
 void ZayaModel::embed(const Batch& batch, float* out) {
   ops_.embedding_forward(batch.input_ids, batch.tokens(), w_.embed, dims_.hidden, w_.input_bias,
                          w_.input_scale, out);
 }
 
+void ZayaModel::rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin) {
+  const LayerDims& dims = dims_.layer[size_t(layer)];
+  const int64_t half = dims.rotary_dim / 2;
+  cos = arena_.alloc<float>(size_t(count * half));
+  sin = arena_.alloc<float>(size_t(count * half));
+  // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
+  for (int64_t i = 0; i < half; ++i) {
+    const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
+    for (int64_t s = 0; s < count; ++s) {
+      const float angle = float(first + s) * inv_freq;
+      cos[s * half + i] = std::cos(angle);
+      sin[s * half + i] = std::sin(angle);
+    }
+  }
+}
+
 void ZayaModel::rope_tables(const Batch& batch) {
-  const int64_t S = batch.seq;
   rope_cos_.assign(size_t(dims_.layers), nullptr);
   rope_sin_.assign(size_t(dims_.layers), nullptr);
-  for (int64_t l = 0; l < dims_.layers; ++l) {
-    const LayerDims& layer = dims_.layer[size_t(l)];
-    const int64_t half = layer.rotary_dim / 2;
-    float* cos = arena_.alloc<float>(size_t(S * half));
-    float* sin = arena_.alloc<float>(size_t(S * half));
-    // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
-    for (int64_t i = 0; i < half; ++i) {
-      const float exponent = float(2 * i) / float(layer.rotary_dim);
-      const float inv_freq = 1.0f / std::pow(float(layer.rope_theta), exponent);
-      for (int64_t s = 0; s < S; ++s) {
-        const float angle = float(s) * inv_freq;
-        cos[s * half + i] = std::cos(angle);
-        sin[s * half + i] = std::sin(angle);
-      }
-    }
-    rope_cos_[size_t(l)] = cos;
-    rope_sin_[size_t(l)] = sin;
-  }
+  for (int64_t l = 0; l < dims_.layers; ++l)
+    rope_rows(l, 0, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
 }
 
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,

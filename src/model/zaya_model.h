@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "model/decode_cache.h"
 #include "model/parameters.h"
 #include "model/weights.h"
 
@@ -65,12 +66,21 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
+  // Generation: feeds one token at position cache.length and returns the next token's logits ([vocab], valid
+  // until the next call). Equal to the full forward pass's logits at that position. Throws Error when the
+  // cache is full or the token is outside the vocabulary.
+  const float* decode_step(int32_t token, DecodeCache& cache);
+
   ParameterStore& params() { return params_; }
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.
   size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
 
  private:
   ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
+  void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
+  void reset_routing_stats();
+  // cos and sin of one layer's rotary embedding for positions [first, first + count) into arena memory.
+  void rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin);
   void embed(const Batch& batch, float* out);
   void attention_forward(int layer, const Batch& batch, LayerActivations& a);
   void attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn, float* d_x);

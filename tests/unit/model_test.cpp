@@ -11,6 +11,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "infer/generator.h"
 #include "io/safetensors_index.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
@@ -291,6 +292,84 @@ TEST(ZayaModel, AuxiliaryRouterLossGradientsMatchFiniteDifferences) {
   const double numeric = (aux_loss_at(h) - aux_loss_at(-h)) / (2 * h);
   EXPECT_GT(std::abs(analytic), 1e-3);
   EXPECT_NEAR(analytic, numeric, 0.02 * std::abs(numeric));
+}
+
+}  // namespace
+}  // namespace zaya
+
+namespace zaya {
+namespace {
+
+// Token by token with the decode state equals the full causal pass, on the fixtures' odd shapes
+// (convolution kernels 3 and 2, windows, attention and LM-head biases, groups of 4 and of 1).
+TEST(ZayaModel, IncrementalDecodingMatchesTheFullPass) {
+  for (const char* name : {"odd", "mha_window", "basic"}) {
+    LoadedModel loaded = load_model(test::fixture(std::string("model/") + name));
+    const ModelDims& dims = loaded.params->dims();
+    const int64_t S = 14;
+    const std::vector<int32_t> ids = random_ids(S, dims.vocab, 11);
+    ZayaModel model(*loaded.params, cpu_ops());
+    const ForwardResult full = model.forward({ids.data(), nullptr, nullptr, 1, S}, true);
+    const std::vector<float> want(full.logits, full.logits + S * dims.vocab);
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, double(std::abs(v)));
+
+    DecodeCache cache = make_decode_cache(dims, S);
+    double worst = 0;
+    for (int64_t t = 0; t < S; ++t) {
+      const float* logits = model.decode_step(ids[size_t(t)], cache);
+      for (int64_t v = 0; v < dims.vocab; ++v)
+        worst = std::max(worst, double(std::abs(logits[v] - want[size_t(t * dims.vocab + v)])));
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << name;
+    EXPECT_THROW(model.decode_step(ids[0], cache), Error);  // full
+  }
+}
+
+}  // namespace
+}  // namespace zaya
+
+namespace zaya {
+namespace {
+
+TEST(Sampling, TemperatureAndNucleus) {
+  const float logits[5] = {2.0f, 1.0f, 0.5f, -1.0f, 3.0f};
+  EXPECT_EQ(sample_token(logits, 5, 0.0, 1.0, 0.7), 4);  // greedy
+  // top_p small enough: only the most likely token remains, whatever the draw.
+  for (double draw : {0.0, 0.5, 0.999}) EXPECT_EQ(sample_token(logits, 5, 1.0, 0.1, draw), 4);
+  // Full nucleus: draws sweep the tokens in order of probability.
+  EXPECT_EQ(sample_token(logits, 5, 1.0, 1.0, 0.0), 4);
+  EXPECT_EQ(sample_token(logits, 5, 1.0, 1.0, 0.9999), 3);
+  // Frequencies follow the softmax.
+  const RandomStream rng(1, RngPurpose::Test, 0);
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 20000; ++i)
+    ++counts[size_t(sample_token(logits, 5, 1.0, 1.0, rng.uniform_double(uint64_t(i))))];
+  double total = 0;
+  for (float z : logits) total += std::exp(z);
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(counts[size_t(k)] / 20000.0, std::exp(logits[k]) / total, 0.015);
+}
+
+TEST(Generate, IsReproducibleAndStops) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.5, 1);
+  ZayaModel model(params, cpu_ops());
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  SamplingOptions options;
+  options.max_new_tokens = 12;
+  options.seed = 3;
+  std::vector<int32_t> streamed;
+  const auto a = generate(model, prompt, options, [&](int32_t id) { streamed.push_back(id); });
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, streamed);
+  EXPECT_EQ(generate(model, prompt, options), a);
+  options.seed = 4;
+  EXPECT_NE(generate(model, prompt, options), a);
+  options.stop_token = a[2];
+  options.seed = 3;
+  EXPECT_LE(generate(model, prompt, options).size(), 3u);
+  EXPECT_THROW(generate(model, {}, options), Error);
 }
 
 }  // namespace

@@ -160,4 +160,30 @@ void CpuOps::attention_backward(const float* q, const float* k, const float* v, 
   }
 }
 
+void CpuOps::attention_decode(const float* q, const float* keys, const float* values, int64_t length,
+                              const AttentionShape& shape, float scale, float* out) {
+  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, groups = H / KV;
+  const int64_t first = shape.window > 0 ? std::max<int64_t>(0, length - shape.window) : 0,
+                width = length - first;
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / groups;
+    float* scores = thread_scratch(size_t(width), 0);
+    for (int64_t j = 0; j < width; ++j) {
+      const float* k = keys + ((first + j) * KV + g) * D;
+      float dot = 0;
+      for (int64_t i = 0; i < D; ++i) dot += q[h * D + i] * k[i];
+      scores[j] = scale * dot;
+    }
+    const float sum = exp_shifted(scores, width, row_max(scores, width), 1.0f, scores);
+    float* o = out + h * D;
+    std::fill(o, o + D, 0.0f);
+    for (int64_t j = 0; j < width; ++j) {
+      const float* v = values + ((first + j) * KV + g) * D;
+      const float p = scores[j] / sum;
+      for (int64_t i = 0; i < D; ++i) o[i] += p * v[i];
+    }
+  }
+}
+
 }  // namespace zaya

@@ -1,0 +1,55 @@
+#include "infer/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/zaya_model.h"
+
+namespace zaya {
+
+int32_t sample_token(const float* logits, int64_t vocab, double temperature, double top_p, double draw) {
+  if (temperature <= 0) return int32_t(std::max_element(logits, logits + vocab) - logits);
+  const double max = *std::max_element(logits, logits + vocab);
+  std::vector<double> probs(static_cast<size_t>(vocab));
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += probs[size_t(i)] = std::exp((double(logits[i]) - max) / temperature);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  // Most likely first, ties by id: the nucleus is the shortest prefix holding top_p of the mass.
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[size_t(a)] != probs[size_t(b)] ? probs[size_t(a)] > probs[size_t(b)] : a < b;
+  });
+  double kept = 0;
+  size_t nucleus = 0;
+  while (nucleus < order.size() && (nucleus == 0 || kept < top_p * total)) kept += probs[size_t(order[nucleus++])];
+  double target = draw * kept;
+  for (size_t i = 0; i < nucleus; ++i) {
+    target -= probs[size_t(order[i])];
+    if (target < 0) return order[i];
+  }
+  return order[nucleus - 1];
+}
+
+std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
+                              const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw Error("the prompt encodes to no tokens; give some text").field("prompt");
+  const ModelDims& dims = model.params().dims();
+  DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
+  const float* logits = nullptr;
+  for (int32_t token : prompt) logits = model.decode_step(token, cache);
+  const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    const int32_t next = sample_token(logits, dims.vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (options.stop_token && next == *options.stop_token) break;
+    if (i + 1 < options.max_new_tokens) logits = model.decode_step(next, cache);
+  }
+  return out;
+}
+
+}  // namespace zaya

@@ -1,0 +1,29 @@
+#pragma once
+// Text generation on the model's incremental decoder: the prompt is fed token by token into the decode
+// state, then tokens are sampled one at a time (temperature and nucleus sampling, reproducible from a seed).
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace zaya {
+
+class ZayaModel;
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 0.8;  // 0: always the most likely token
+  double top_p = 0.95;       // sample from the smallest set of tokens whose probability reaches top_p
+  uint64_t seed = 0;
+  std::optional<int32_t> stop_token;  // end generation after producing it
+};
+
+// The next token from logits [vocab]; `draw` is a uniform number in [0, 1).
+int32_t sample_token(const float* logits, int64_t vocab, double temperature, double top_p, double draw);
+
+// New token ids after the prompt; on_token sees each as it is produced (for streaming).
+std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
+                              const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace zaya
