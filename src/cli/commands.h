@@ -13,5 +13,6 @@ void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
 
 }  // namespace zaya::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   zaya::cli::add_info_command(app);
   zaya::cli::add_init_command(app);
   zaya::cli::add_inspect_command(app);
+  zaya::cli::add_tokenizer_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,223 @@
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <mutex>
+
+#include "core/error.h"
+#include "data/bpe_model.h"
+#include "data/tokenizer_added.h"
+#include "data/tokenizer_decoder.h"
+#include "data/tokenizer_document.h"
+#include "data/tokenizer_json.h"
+#include "data/tokenizer_normalizer.h"
+#include "data/tokenizer_pieces.h"
+#include "data/tokenizer_pretokenizer.h"
+#include "data/unicode_text.h"
+#include "io/atomic_file.h"
+
+namespace zaya {
+namespace {
+
+constexpr std::array<std::string_view, 9> kEosNames = {"<eos>",           "</s>",       "<|endoftext|>",
+                                                       "<|end_of_text|>", "<|eot_id|>", "<end_of_turn>",
+                                                       "<|im_end|>",      "<|end|>",    "[EOS]"};
+constexpr std::array<std::string_view, 5> kBosNames = {"<bos>", "<s>", "<|begin_of_text|>", "<|startoftext|>",
+                                                       "[BOS]"};
+constexpr std::array<std::string_view, 5> kPadNames = {"<pad>", "<|pad|>", "[PAD]", "<|padding|>",
+                                                       "<|finetune_right_pad_id|>"};
+
+// Scratch of one thread's encode calls; nothing in it outlives a call.
+struct EncodeScratch {
+  std::vector<tok::AddedSplit> raw_splits, normalized_splits;
+  tok::NormalizedText normalized;
+  std::string normalize_scratch;
+  std::vector<tok::Piece> pieces;
+  tok::Workspace workspace;
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::unique_ptr<tok::Normalizer> normalizer;
+  std::unique_ptr<tok::PreTokenizer> pre_tokenizer;
+  std::unique_ptr<tok::BpeModel> model;
+  std::unique_ptr<tok::Decoder> decoder;
+  tok::AddedVocabulary added;
+
+  void encode(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_piece(const tok::Piece& piece, std::vector<int32_t>& out, EncodeScratch& scratch) const;
+  template <size_t N>
+  std::optional<int32_t> special_named(const std::array<std::string_view, N>& names) const;
+};
+
+// tokenizers' pipeline: added tokens written as such are cut from the raw text; each piece between them is
+// normalized, then added tokens are cut from the normalized text; each remaining piece is pre-tokenized and
+// every pre-token goes through the model.
+void Tokenizer::Impl::encode(std::string_view text, std::vector<int32_t>& out) const {
+  if (const size_t bad = unicode::find_invalid_utf8(text); bad != unicode::npos) {
+    throw Error(cat("invalid UTF-8 at byte ", bad));
+  }
+  thread_local EncodeScratch scratch;
+  scratch.raw_splits.clear();
+  added.split(text, false, scratch.raw_splits);
+  for (const tok::AddedSplit& raw : scratch.raw_splits) {
+    if (raw.id >= 0) {
+      out.push_back(raw.id);
+      continue;
+    }
+    if (raw.end == raw.begin) continue;
+    const bool at_origin = raw.begin == 0;
+    tok::NormalizedText& normalized = scratch.normalized;
+    normalized.text.assign(text.substr(raw.begin, raw.end - raw.begin));
+    normalized.origin_len = at_origin ? unicode::sequence_length(static_cast<unsigned char>(text[0])) : 0;
+    if (normalizer) normalizer->normalize(normalized, scratch.normalize_scratch);
+    const tok::Piece whole{normalized.text, at_origin, normalized.origin_len};
+    scratch.normalized_splits.clear();
+    added.split(whole.text, true, scratch.normalized_splits);
+    for (const tok::AddedSplit& split : scratch.normalized_splits) {
+      if (split.id >= 0) {
+        out.push_back(split.id);
+      } else if (split.end > split.begin) {
+        encode_piece(tok::slice(whole, split.begin, split.end), out, scratch);
+      }
+    }
+  }
+}
+
+void Tokenizer::Impl::encode_piece(const tok::Piece& piece, std::vector<int32_t>& out,
+                                   EncodeScratch& scratch) const {
+  if (!pre_tokenizer) {
+    model->tokenize(piece.text, out);
+    return;
+  }
+  scratch.workspace.arena.reset();
+  scratch.pieces.clear();
+  pre_tokenizer->pre_tokenize(piece, scratch.pieces, scratch.workspace);
+  for (const tok::Piece& word : scratch.pieces) model->tokenize(word.text, out);
+}
+
+template <size_t N>
+std::optional<int32_t> Tokenizer::Impl::special_named(const std::array<std::string_view, N>& names) const {
+  for (const auto& [id, token] : added.tokens()) {
+    if (token.special && std::find(names.begin(), names.end(), token.content) != names.end()) return id;
+  }
+  return std::nullopt;
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  return parse(read_text_file(path), path);
+}
+
+Tokenizer Tokenizer::parse(std::string_view json, const std::string& source) {
+  tok::TokenizerDocument document = tok::read_tokenizer_document(json, source);
+  if (!document.root.is_object()) throw Error("expected a JSON object").file(source);
+  auto impl = std::make_unique<Impl>();
+  try {
+    const tok::JsonField root(document.root, "", source);
+    const tok::JsonField version = root["version"];
+    if (!version.is_null() && version.string() != "1.0") version.fail("unknown tokenizer version");
+    impl->normalizer = tok::parse_normalizer(root["normalizer"]);
+    impl->pre_tokenizer = tok::parse_pre_tokenizer(root["pre_tokenizer"]);
+    impl->model = std::make_unique<tok::BpeModel>(tok::parse_bpe_model(root["model"], document));
+    impl->decoder = tok::parse_decoder(root["decoder"]);
+    const tok::JsonField added_tokens = root["added_tokens"];
+    const std::vector<tok::AddedToken> tokens = tok::parse_added_tokens(added_tokens);
+    try {
+      impl->added.add(tokens, *impl->model, impl->normalizer.get());
+    } catch (const Error& e) {
+      added_tokens.fail(e.message());
+    }
+  } catch (Error& e) {
+    if (e.file_name().empty()) e.file(source);
+    throw;
+  }
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  impl_->encode(text, ids);
+  return ids;
+}
+
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  impl_->encode(text, out);
+}
+
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string_view>& texts) const {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  std::mutex error_mutex;
+  size_t first_error = texts.size();
+  std::string error_message;
+  const auto count = static_cast<int64_t>(texts.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      impl_->encode(texts[static_cast<size_t>(i)], out[static_cast<size_t>(i)]);
+    } catch (const std::exception& e) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (static_cast<size_t>(i) < first_error) {
+        first_error = static_cast<size_t>(i);
+        error_message = e.what();
+      }
+    }
+  }
+  if (first_error < texts.size()) throw Error(cat("text ", first_error, ": ", error_message));
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const int32_t id : ids) {
+    const std::string* token = impl_->added.decoded(id);
+    if (!token) token = impl_->model->id_to_token(id);
+    if (!token) continue;
+    if (skip_special_tokens && impl_->added.is_special(*token)) continue;
+    tokens.push_back(*token);
+  }
+  if (impl_->decoder) impl_->decoder->decode_chain(tokens);
+  std::string text;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0 && !impl_->decoder) text.push_back(' ');
+    text += tokens[i];
+  }
+  return text;
+}
+
+int64_t Tokenizer::vocab_size() const {
+  const auto& added = impl_->added.tokens();
+  const int64_t largest_added = added.empty() ? -1 : added.rbegin()->first;
+  return std::max<int64_t>(impl_->model->max_id(), largest_added) + 1;
+}
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (const auto id = impl_->added.id_of(token)) return id;
+  return impl_->model->token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+  const std::string* token = impl_->added.decoded(id);
+  if (!token) token = impl_->model->id_to_token(id);
+  if (!token) return std::nullopt;
+  return *token;
+}
+
+std::optional<int32_t> Tokenizer::eos_id() const {
+  return impl_->special_named(kEosNames);
+}
+std::optional<int32_t> Tokenizer::bos_id() const {
+  return impl_->special_named(kBosNames);
+}
+std::optional<int32_t> Tokenizer::pad_id() const {
+  return impl_->special_named(kPadNames);
+}
+
+}  // namespace zaya

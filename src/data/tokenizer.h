@@ -1,0 +1,71 @@
+#pragma once
+// A Hugging Face tokenizer (tokenizer.json) that turns text into exactly the ids of the Python `tokenizers`
+// library. Two families are implemented with all their options:
+// - byte-level BPE (GPT-2, Llama-3, Qwen): normalizers NFC / NFD / NFKC / NFKD / Lowercase / Replace /
+//   Prepend / Strip / Sequence, pre-tokenizers ByteLevel / Split / Digits / Sequence, decoder ByteLevel;
+// - SentencePiece-style BPE with byte fallback (Gemma, Llama-2, Mistral): Replace and Prepend normalizers,
+//   Split or Metaspace pre-tokenizers, decoders Replace / ByteFallback / Fuse / Strip / Metaspace.
+// The model is BPE (vocab, merges in either form, ignore_merges, continuing_subword_prefix,
+// end_of_word_suffix, unk_token, fuse_unk, byte_fallback; dropout only null or 0); added tokens honour
+// special / single_word / lstrip / rstrip / normalized. Anything else in the file is an Error
+// "not supported: <type>" naming the file and field, never a silently different encoding.
+// The post-processor, truncation and padding of the file are not applied: ids are those of
+// `encode(text, add_special_tokens=False)` without truncation, as a pretraining pipeline packs documents
+// itself.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zaya {
+
+class Tokenizer {
+ public:
+  // Reads and parses a tokenizer.json; every error names the file (and the field, e.g.
+  // `pre_tokenizer.pretokenizers[1].type`).
+  static Tokenizer load(const std::string& path);
+  // `source` names the text in errors.
+  static Tokenizer parse(std::string_view json, const std::string& source);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // The ids of tokenizers' `Tokenizer.encode(text, add_special_tokens=False).ids`: added and special tokens
+  // written in the text are recognised. Invalid UTF-8 throws Error "invalid UTF-8 at byte N" (callers add
+  // the file and line). Const and thread-safe.
+  std::vector<int32_t> encode(std::string_view text) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  // encode() of each text, in parallel over the texts (OpenMP); the result does not depend on the thread
+  // count. An error is that of the first failing text, prefixed with its index.
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string_view>& texts) const;
+
+  // tokenizers' decode(ids, skip_special_tokens): ids that are not in the vocabulary are skipped.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  // Largest id + 1, added tokens included.
+  int64_t vocab_size() const;
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token string of an id (for an added token with normalized=true, its normalized form, as tokenizers'
+  // id_to_token).
+  std::optional<std::string> id_to_token(int32_t id) const;
+
+  // Document-boundary tokens: the special added token with the lowest id whose content is one of
+  //   eos: <eos>, </s>, <|endoftext|>, <|end_of_text|>, <|eot_id|>, <end_of_turn>, <|im_end|>, <|end|>, [EOS]
+  //   bos: <bos>, <s>, <|begin_of_text|>, <|startoftext|>, [BOS]
+  //   pad: <pad>, <|pad|>, [PAD], <|padding|>, <|finetune_right_pad_id|>
+  // or nullopt when there is none.
+  std::optional<int32_t> eos_id() const;
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> pad_id() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zaya
