@@ -43,7 +43,8 @@ format:
 # Regenerates tests/fixtures/ from the reference implementation (needs PyPI; not part of `make test`).
 reference-fixtures:
 	tools/reference/setup_venv.sh
-	tools/reference/.venv/bin/python tools/reference/gen_io_fixtures.py
+	for script in gen_io_fixtures gen_model_fixtures gen_train_fixtures gen_tokenizer_fixtures gen_data_fixtures; do \
+		tools/reference/.venv/bin/python tools/reference/$$script.py || exit 1; done
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -9,10 +9,14 @@ class App;
 namespace zaya::cli {
 
 void add_bench_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace zaya::cli

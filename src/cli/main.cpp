@@ -21,11 +21,15 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { zaya::set_num_threads(threads); });
 
   zaya::cli::add_bench_command(app);
+  zaya::cli::add_export_command(app);
   zaya::cli::add_forward_command(app);
+  zaya::cli::add_generate_command(app);
   zaya::cli::add_info_command(app);
   zaya::cli::add_init_command(app);
   zaya::cli::add_inspect_command(app);
+  zaya::cli::add_prepare_command(app);
   zaya::cli::add_tokenizer_command(app);
+  zaya::cli::add_train_command(app);
 
   try {
     app.parse(argc, argv);

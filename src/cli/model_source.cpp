@@ -9,7 +9,7 @@
 
 namespace zaya::cli {
 
-void ModelSource::add_options(CLI::App& command, bool allow_config, bool allow_model) {
+void ModelSource::add_options(CLI::App& command, bool allow_config, bool allow_model, bool optional) {
   std::string names;
   for (const std::string& name : preset_names()) names += (names.empty() ? "" : ", ") + name;
   CLI::Option* preset_option = command.add_option("--preset", preset, "a named shape: " + names);
@@ -24,14 +24,18 @@ void ModelSource::add_options(CLI::App& command, bool allow_config, bool allow_m
     if (config_option) model_option->excludes(config_option);
   }
   const std::array<CLI::Option*, 3> options = {preset_option, config_option, model_option};
-  command.parse_complete_callback([&command, options] {
+  command.parse_complete_callback([&command, options, optional] {
     int given = 0;
     for (CLI::Option* option : options) given += option && option->count() > 0;
-    if (given != 1) {
+    if (given > 1 || (given == 0 && !optional)) {
       std::string which = "--preset";
       if (options[1]) which += ", --config";
       if (options[2]) which += ", --model";
       throw CLI::ValidationError(command.get_name() + ": give exactly one of " + which);
+    }
+    if (given == 0 && optional && command.get_option("--train-config")->count() == 0) {
+      throw CLI::ValidationError(command.get_name() +
+                                 ": give a model (--preset, --config, --model) or --train-config");
     }
   });
 }

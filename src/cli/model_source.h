@@ -14,8 +14,9 @@ namespace zaya::cli {
 struct ModelSource {
   std::string preset, config_file, model_dir;
 
-  // Adds --preset and, when asked, --config and --model, exactly one of which must be given.
-  void add_options(CLI::App& command, bool allow_config, bool allow_model);
+  // Adds --preset and, when asked, --config and --model, exactly one of which must be given (or none, when
+  // another option of the command can name the model instead).
+  void add_options(CLI::App& command, bool allow_config, bool allow_model, bool optional = false);
   ZayaConfig config() const;
   std::string describe() const;  // "preset small", "model runs/x", ...
 };

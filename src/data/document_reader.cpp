@@ -101,7 +101,8 @@ class ByteSource {
         input_ = {compressed_.data(), got, 0};
       }
       const size_t status = ZSTD_decompressStream(zstd_, &output, &input_);
-      if (ZSTD_isError(status)) throw Error(cat("corrupt zstd data: ", ZSTD_getErrorName(status))).file(path_);
+      if (ZSTD_isError(status))
+        throw Error(cat("corrupt zstd data: ", ZSTD_getErrorName(status))).file(path_);
       frame_open_ = status != 0;
     }
     return output.pos;
@@ -138,7 +139,8 @@ std::optional<std::pair<Layout, Compression>> classify(const std::string& name, 
   } else if (ends_with(name, ".zst")) {
     compression = Compression::Zstd, inner = name.substr(0, name.size() - 4);
   }
-  if (ends_with(inner, ".jsonl") || ends_with(inner, ".ndjson")) return std::pair{Layout::JsonLines, compression};
+  if (ends_with(inner, ".jsonl") || ends_with(inner, ".ndjson"))
+    return std::pair{Layout::JsonLines, compression};
   for (const char* text : {".txt", ".text", ".rst", ".md", ".py"}) {
     if (ends_with(inner, text)) return std::pair{Layout::Text, compression};
   }
@@ -150,7 +152,8 @@ std::optional<std::pair<Layout, Compression>> classify(const std::string& name, 
 
 class DocumentReader::FileReader {
  public:
-  FileReader(const std::string& path, Layout layout, Compression compression, const DocumentReaderOptions& options)
+  FileReader(const std::string& path, Layout layout, Compression compression,
+             const DocumentReaderOptions& options)
       : path_(path), layout_(layout), source_(path, compression), options_(options) {}
 
   bool next(std::vector<DocumentPiece>& out, size_t max_bytes) {
@@ -228,7 +231,9 @@ class DocumentReader::FileReader {
     if (!record.is_object()) throw Error(cat("line ", line_number_, " is not a JSON object")).file(path_);
     const auto field = record.find(options_.text_field);
     if (field == record.end()) {
-      throw Error(cat("line ", line_number_, " has no \"", options_.text_field, "\" field")).file(path_).field(options_.text_field);
+      throw Error(cat("line ", line_number_, " has no \"", options_.text_field, "\" field"))
+          .file(path_)
+          .field(options_.text_field);
     }
     if (!field->is_string()) {
       throw Error(cat("line ", line_number_, ": the \"", options_.text_field, "\" field is not a string"))
@@ -262,7 +267,9 @@ DocumentReader::DocumentReader(const std::vector<std::string>& inputs, const Doc
           found.push_back(entry.path().string());
         }
       }
-      if (found.empty()) throw Error("no .txt, .rst, .md, .py or .jsonl files (optionally .gz or .zst) in the directory").file(input);
+      if (found.empty())
+        throw Error("no .txt, .rst, .md, .py or .jsonl files (optionally .gz or .zst) in the directory")
+            .file(input);
       std::sort(found.begin(), found.end());
       files_.insert(files_.end(), found.begin(), found.end());
     } else if (fs::is_regular_file(input, error)) {
@@ -302,6 +309,8 @@ bool DocumentReader::next(std::vector<DocumentPiece>& out, size_t max_bytes) {
   return true;
 }
 
-uint64_t DocumentReader::bytes_read() const { return finished_bytes_ + (current_ ? current_->position() : 0); }
+uint64_t DocumentReader::bytes_read() const {
+  return finished_bytes_ + (current_ ? current_->position() : 0);
+}
 
 }  // namespace zaya

@@ -23,7 +23,9 @@ T load(const unsigned char* at) {
   return value;
 }
 
-bool valid_code(uint8_t code) { return code == 1 || code == 2 || code == 3 || code == 4 || code == 5 || code == 8; }
+bool valid_code(uint8_t code) {
+  return code == 1 || code == 2 || code == 3 || code == 4 || code == 5 || code == 8;
+}
 
 void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* cursor = static_cast<const char*>(data);
@@ -64,16 +66,22 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
     : prefix_(prefix), index_(prefix + ".idx"), data_(prefix + ".bin") {
   const std::string idx = index_.path(), bin = data_.path();
   const unsigned char* p = index_.data();
-  if (index_.size() < kHeaderBytes) throw Error(cat("index is ", index_.size(), " bytes, shorter than its header")).file(idx);
-  if (std::memcmp(p, kMagic, sizeof kMagic) != 0) throw Error("not a Megatron indexed dataset (no MMIDIDX header)").file(idx);
-  if (load<uint64_t>(p + 9) != 1) throw Error(cat("index version ", load<uint64_t>(p + 9), ", expected 1")).file(idx);
+  if (index_.size() < kHeaderBytes)
+    throw Error(cat("index is ", index_.size(), " bytes, shorter than its header")).file(idx);
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    throw Error("not a Megatron indexed dataset (no MMIDIDX header)").file(idx);
+  if (load<uint64_t>(p + 9) != 1)
+    throw Error(cat("index version ", load<uint64_t>(p + 9), ", expected 1")).file(idx);
   const uint8_t code = p[17];
-  if (!valid_code(code)) throw Error(cat("token dtype code ", int(code), " is not an integer type")).file(idx);
+  if (!valid_code(code))
+    throw Error(cat("token dtype code ", int(code), " is not an integer type")).file(idx);
   dtype_ = TokenDType(code);
   const uint64_t sequences = load<uint64_t>(p + 18), documents = load<uint64_t>(p + 26);
   // Each count is bounded by the file size before any multiplication can overflow.
   if (sequences > index_.size() / 12 || documents > index_.size() / 8) {
-    throw Error(cat("claims ", sequences, " sequences and ", documents, " documents, more than the file holds")).file(idx);
+    throw Error(
+        cat("claims ", sequences, " sequences and ", documents, " documents, more than the file holds"))
+        .file(idx);
   }
   const uint64_t body = sequences * 12 + documents * 8;
   const uint64_t size = index_.size() - kHeaderBytes;
@@ -96,14 +104,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
     const int64_t pointer = load<int64_t>(pointers_ + 8 * s);
     if (length < 0) throw Error(cat("sequence ", s, " has negative length ", length)).file(idx);
     if (pointer < 0 || uint64_t(pointer) != expected_pointer) {
-      throw Error(cat("sequence ", s, " starts at byte ", pointer, " but the lengths before it end at ", expected_pointer))
+      throw Error(cat("sequence ", s, " starts at byte ", pointer, " but the lengths before it end at ",
+                      expected_pointer))
           .file(idx);
     }
     expected_pointer += uint64_t(length) * item;
     total_tokens_ += length;
   }
   if (expected_pointer != data_.size()) {
-    throw Error(cat("the index describes ", expected_pointer, " bytes of tokens but the data file has ", data_.size()))
+    throw Error(cat("the index describes ", expected_pointer, " bytes of tokens but the data file has ",
+                    data_.size()))
         .file(bin);
   }
   if (document_count_ < 1) throw Error("no document indices (expected at least [0])").file(idx);
@@ -111,35 +121,56 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   for (int64_t d = 0; d < document_count_; ++d) {
     const int64_t start = load<int64_t>(document_starts + 8 * d);
     if ((d == 0 && start != 0) || start < previous || start > sequence_count_) {
-      throw Error(cat("document index ", d, " is ", start, ", out of order or past the ", sequence_count_, " sequences"))
+      throw Error(cat("document index ", d, " is ", start, ", out of order or past the ", sequence_count_,
+                      " sequences"))
           .file(idx);
     }
     previous = start;
   }
   if (previous != sequence_count_) {
-    throw Error(cat("the last document index is ", previous, ", expected the sequence count ", sequence_count_)).file(idx);
+    throw Error(
+        cat("the last document index is ", previous, ", expected the sequence count ", sequence_count_))
+        .file(idx);
   }
 }
 
-int64_t IndexedDataset::sequence_length(int64_t sequence) const { return load<int32_t>(lengths_ + 4 * sequence); }
+int64_t IndexedDataset::sequence_length(int64_t sequence) const {
+  return load<int32_t>(lengths_ + 4 * sequence);
+}
 
-int64_t IndexedDataset::document_start(int64_t document) const { return load<int64_t>(documents_ + 8 * document); }
+int64_t IndexedDataset::document_start(int64_t document) const {
+  return load<int64_t>(documents_ + 8 * document);
+}
 
-void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t count, int32_t* out, int64_t vocab_limit) const {
+void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t count, int32_t* out,
+                          int64_t vocab_limit) const {
   const size_t item = token_dtype_size(dtype_);
   const unsigned char* at = data_.data() + load<int64_t>(pointers_ + 8 * sequence) + size_t(offset) * item;
   for (int64_t i = 0; i < count; ++i, at += item) {
     int64_t token = 0;
     switch (dtype_) {
-      case TokenDType::UInt8: token = *at; break;
-      case TokenDType::Int8: token = int8_t(*at); break;
-      case TokenDType::UInt16: token = load<uint16_t>(at); break;
-      case TokenDType::Int16: token = load<int16_t>(at); break;
-      case TokenDType::Int32: token = load<int32_t>(at); break;
-      case TokenDType::Int64: token = load<int64_t>(at); break;
+      case TokenDType::UInt8:
+        token = *at;
+        break;
+      case TokenDType::Int8:
+        token = int8_t(*at);
+        break;
+      case TokenDType::UInt16:
+        token = load<uint16_t>(at);
+        break;
+      case TokenDType::Int16:
+        token = load<int16_t>(at);
+        break;
+      case TokenDType::Int32:
+        token = load<int32_t>(at);
+        break;
+      case TokenDType::Int64:
+        token = load<int64_t>(at);
+        break;
     }
     if (token < 0 || token > INT32_MAX || (vocab_limit > 0 && token >= vocab_limit)) {
-      throw Error(cat("sequence ", sequence, " holds token id ", token, ", outside the vocabulary of ", vocab_limit))
+      throw Error(
+          cat("sequence ", sequence, " holds token id ", token, ", outside the vocabulary of ", vocab_limit))
           .file(data_.path());
     }
     out[i] = int32_t(token);
@@ -147,7 +178,9 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t count, int32
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
-    : prefix_(std::move(prefix)), bin_temp_(prefix_ + ".bin.tmp." + std::to_string(::getpid())), dtype_(dtype) {
+    : prefix_(std::move(prefix)),
+      bin_temp_(prefix_ + ".bin.tmp." + std::to_string(::getpid())),
+      dtype_(dtype) {
   bin_fd_ = ::open(bin_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (bin_fd_ < 0) throw Error(cat("cannot create: ", std::strerror(errno))).file(bin_temp_);
 }
@@ -163,7 +196,8 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
   staging_.resize(size_t(count) * item);
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] > limit) {
-      throw Error(cat("token id ", tokens[i], " does not fit the dataset's token type")).file(prefix_ + ".bin");
+      throw Error(cat("token id ", tokens[i], " does not fit the dataset's token type"))
+          .file(prefix_ + ".bin");
     }
     if (item == 2) {
       const uint16_t narrow = uint16_t(tokens[i]);
@@ -178,7 +212,8 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
 }
 
 void IndexedDatasetWriter::finish() {
-  if (dtype_ != TokenDType::UInt16 && dtype_ != TokenDType::Int32) throw Error("zaya writes uint16 or int32 tokens");
+  if (dtype_ != TokenDType::UInt16 && dtype_ != TokenDType::Int32)
+    throw Error("zaya writes uint16 or int32 tokens");
   if (::fsync(bin_fd_) != 0) throw Error(cat("fsync failed: ", std::strerror(errno))).file(bin_temp_);
   ::close(bin_fd_);
   bin_fd_ = -1;
@@ -203,7 +238,8 @@ void IndexedDatasetWriter::finish() {
   }
 
   const std::string bin = prefix_ + ".bin";
-  if (::rename(bin_temp_.c_str(), bin.c_str()) != 0) throw Error(cat("rename failed: ", std::strerror(errno))).file(bin);
+  if (::rename(bin_temp_.c_str(), bin.c_str()) != 0)
+    throw Error(cat("rename failed: ", std::strerror(errno))).file(bin);
   finished_ = true;
   write_file_atomic(prefix_ + ".idx", {reinterpret_cast<const char*>(index.data()), index.size()});
 }

@@ -45,9 +45,9 @@ class IndexedDataset {
   MappedFile index_, data_;
   TokenDType dtype_ = TokenDType::UInt16;
   int64_t sequence_count_ = 0, document_count_ = 0, total_tokens_ = 0;
-  const unsigned char* lengths_ = nullptr;   // i32[S], possibly unaligned
-  const unsigned char* pointers_ = nullptr;  // i64[S]
-  const unsigned char* documents_ = nullptr; // i64[D]
+  const unsigned char* lengths_ = nullptr;    // i32[S], possibly unaligned
+  const unsigned char* pointers_ = nullptr;   // i64[S]
+  const unsigned char* documents_ = nullptr;  // i64[D]
 };
 
 // Streams documents into PREFIX.bin and PREFIX.idx under temporary names; finish() renames them into place

@@ -12,7 +12,8 @@ namespace zaya {
 // windows in a permuted order, both keyed by (seed, stream, e).
 class DataLoader::Stream {
  public:
-  Stream(std::shared_ptr<IndexedDataset> data, int64_t seq_len, uint64_t seed, uint64_t stream, int64_t vocab_limit)
+  Stream(std::shared_ptr<IndexedDataset> data, int64_t seq_len, uint64_t seed, uint64_t stream,
+         int64_t vocab_limit)
       : data_(std::move(data)), seq_len_(seq_len), seed_(seed), stream_(stream), vocab_limit_(vocab_limit) {
     const int64_t documents = data_->document_count();
     document_tokens_.resize(size_t(documents));
@@ -23,7 +24,8 @@ class DataLoader::Stream {
     }
     windows_ = (data_->total_tokens() - 1) / seq_len_;
     if (windows_ <= 0) {
-      throw Error(cat("has ", data_->total_tokens(), " tokens, too few for one window of seq_len + 1 = ", seq_len_ + 1))
+      throw Error(cat("has ", data_->total_tokens(),
+                      " tokens, too few for one window of seq_len + 1 = ", seq_len_ + 1))
           .file(data_->prefix() + ".bin");
     }
   }
@@ -40,7 +42,8 @@ class DataLoader::Stream {
     int64_t needed = seq_len_ + 1;
     while (needed > 0) {
       const int64_t document = order_[position];
-      for (int64_t s = data_->document_start(document); s < data_->document_start(document + 1) && needed > 0; ++s) {
+      for (int64_t s = data_->document_start(document); s < data_->document_start(document + 1) && needed > 0;
+           ++s) {
         const int64_t length = data_->sequence_length(s);
         if (offset >= length) {
           offset -= length;
@@ -61,7 +64,8 @@ class DataLoader::Stream {
     const size_t documents = document_tokens_.size();
     order_.resize(documents);
     std::iota(order_.begin(), order_.end(), int64_t(0));
-    const RandomStream rng(seed_, RngPurpose::DataOrder, stream_ ^ (uint64_t(epoch) << 32) ^ (uint64_t(1) << 63));
+    const RandomStream rng(seed_, RngPurpose::DataOrder,
+                           stream_ ^ (uint64_t(epoch) << 32) ^ (uint64_t(1) << 63));
     for (size_t i = documents; i > 1; --i) {  // Fisher-Yates
       const size_t j = size_t(rng.uniform_double(i) * double(i));
       std::swap(order_[i - 1], order_[std::min(j, i - 1)]);
@@ -78,8 +82,8 @@ class DataLoader::Stream {
   std::vector<int64_t> document_tokens_;  // [documents]
   int64_t windows_ = 0;                   // per epoch
   int64_t epoch_ = -1;
-  std::vector<int64_t> order_;            // this epoch's document order
-  std::vector<int64_t> starts_;           // [documents + 1] first token of each, in that order
+  std::vector<int64_t> order_;   // this epoch's document order
+  std::vector<int64_t> starts_;  // [documents + 1] first token of each, in that order
 };
 
 DataLoader::DataLoader(std::vector<StageData> stages, uint64_t seed, int64_t vocab_limit)
@@ -92,7 +96,8 @@ DataLoader::DataLoader(std::vector<StageData> stages, uint64_t seed, int64_t voc
     if (stage.mixture.empty()) throw Error("no datasets").field(field + ".mixture");
     double total = 0;
     for (const MixtureEntry& entry : stage.mixture) {
-      if (!(entry.weight > 0)) throw Error("weight must be positive").field(field + ".mixture." + entry.prefix);
+      if (!(entry.weight > 0))
+        throw Error("weight must be positive").field(field + ".mixture." + entry.prefix);
       total += entry.weight;
     }
     weights_.emplace_back();
@@ -102,7 +107,8 @@ DataLoader::DataLoader(std::vector<StageData> stages, uint64_t seed, int64_t voc
       std::shared_ptr<IndexedDataset>& data = datasets_[entry.prefix];
       if (!data) data = std::make_shared<IndexedDataset>(entry.prefix);
       weights_.back().push_back(entry.weight / total);
-      streams_.back().push_back(std::make_unique<Stream>(data, stage.seq_len, seed, (uint64_t(s) << 16) | e, vocab_limit));
+      streams_.back().push_back(
+          std::make_unique<Stream>(data, stage.seq_len, seed, (uint64_t(s) << 16) | e, vocab_limit));
     }
   }
   start_stage(0);

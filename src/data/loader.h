@@ -28,8 +28,8 @@ struct StageData {
 
 struct LoaderState {
   int64_t stage = 0;
-  int64_t samples = 0;                // drawn in this stage, over all ranks
-  std::vector<int64_t> drawn;         // per mixture entry of the stage
+  int64_t samples = 0;         // drawn in this stage, over all ranks
+  std::vector<int64_t> drawn;  // per mixture entry of the stage
   bool operator==(const LoaderState&) const = default;
 };
 

@@ -15,7 +15,8 @@ int32_t sample_token(const float* logits, int64_t vocab, double temperature, dou
   const double max = *std::max_element(logits, logits + vocab);
   std::vector<double> probs(static_cast<size_t>(vocab));
   double total = 0;
-  for (int64_t i = 0; i < vocab; ++i) total += probs[size_t(i)] = std::exp((double(logits[i]) - max) / temperature);
+  for (int64_t i = 0; i < vocab; ++i)
+    total += probs[size_t(i)] = std::exp((double(logits[i]) - max) / temperature);
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   // Most likely first, ties by id: the nucleus is the shortest prefix holding top_p of the mass.
@@ -24,7 +25,8 @@ int32_t sample_token(const float* logits, int64_t vocab, double temperature, dou
   });
   double kept = 0;
   size_t nucleus = 0;
-  while (nucleus < order.size() && (nucleus == 0 || kept < top_p * total)) kept += probs[size_t(order[nucleus++])];
+  while (nucleus < order.size() && (nucleus == 0 || kept < top_p * total))
+    kept += probs[size_t(order[nucleus++])];
   double target = draw * kept;
   for (size_t i = 0; i < nucleus; ++i) {
     target -= probs[size_t(order[i])];
@@ -33,8 +35,8 @@ int32_t sample_token(const float* logits, int64_t vocab, double temperature, dou
   return order[nucleus - 1];
 }
 
-std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
-                              const std::function<void(int32_t)>& on_token) {
+std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt,
+                              const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw Error("the prompt encodes to no tokens; give some text").field("prompt");
   const ModelDims& dims = model.params().dims();
   DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
@@ -43,7 +45,8 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t next = sample_token(logits, dims.vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
+    const int32_t next =
+        sample_token(logits, dims.vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
     out.push_back(next);
     if (on_token) on_token(next);
     if (options.stop_token && next == *options.stop_token) break;

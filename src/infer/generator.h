@@ -23,7 +23,8 @@ struct SamplingOptions {
 int32_t sample_token(const float* logits, int64_t vocab, double temperature, double top_p, double draw);
 
 // New token ids after the prompt; on_token sees each as it is produced (for streaming).
-std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
+std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt,
+                              const SamplingOptions& options,
                               const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace zaya

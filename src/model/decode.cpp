@@ -32,7 +32,8 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
   if (token < 0 || token >= dims_.vocab) {
     throw Error(cat("token id ", token, " is outside the vocabulary of ", dims_.vocab)).field("prompt");
   }
-  if (cache.length >= cache.capacity) throw Error(cat("the decode cache holds ", cache.capacity, " tokens; it is full"));
+  if (cache.length >= cache.capacity)
+    throw Error(cat("the decode cache holds ", cache.capacity, " tokens; it is full"));
   const int64_t t = cache.length, H = dims_.hidden, C = dims_.conv_channels();
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
@@ -50,7 +51,8 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
     allocate_layer(a, one, choices + l);
     const LayerWeights& w = w_.layers[size_t(l)];
     DecodeCache::Layer& state = cache.layers[size_t(l)];
-    if (t == 0 && w.v_delayed_bias) std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
+    if (t == 0 && w.v_delayed_bias)
+      std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
 
     ops_.rmsnorm_forward(h, w.input_norm, 1, H, dims_.rms_eps, a.xn1, a.rstd1);
     ops_.gemm(Trans::No, Trans::Yes, 1, QD, H, 1.0f, a.xn1, H, w.q_proj, H, 0.0f, a.qk0, C);
@@ -70,8 +72,8 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
     float* dw = f((rows + dims_.conv_time1 - 1) * C);
     float* conv = f(rows * C);
     float* conv_scratch = f(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1));
-    ops_.cca_conv_forward(window, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight, w.conv_dw_bias,
-                          w.conv_g_weight, w.conv_g_bias, dw, conv, conv_scratch);
+    ops_.cca_conv_forward(window, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                          w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, dw, conv, conv_scratch);
     const float* last = conv + (rows - 1) * C;
     for (int64_t i = 0; i < QD; ++i) a.q_pre[i] = last[i] + a.q_res[i];
     for (int64_t i = 0; i < KD; ++i) a.k_pre[i] = last[QD + i] + a.k_res[i];
@@ -92,13 +94,14 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
     ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1, H, w.v_current, H, 0.0f, a.v, KD);
     if (w.v_current_bias) ops_.add_bias(a.v, 1, half, KD, w.v_current_bias);
     std::copy(state.delayed.begin(), state.delayed.end(), a.v + half);
-    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, state.delayed.data(), half);
+    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, state.delayed.data(),
+              half);
     if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
 
     std::copy(a.k, a.k + KD, state.keys.begin() + t * KD);
     std::copy(a.v, a.v + KD, state.values.begin() + t * KD);
-    ops_.attention_decode(a.q, state.keys.data(), state.values.data(), t + 1, one_token, 1.0f / std::sqrt(float(D)),
-                          a.o);
+    ops_.attention_decode(a.q, state.keys.data(), state.values.data(), t + 1, one_token,
+                          1.0f / std::sqrt(float(D)), a.o);
     ops_.gemm(Trans::No, Trans::Yes, 1, H, QD, 1.0f, a.o, QD, w.o_proj, QD, 0.0f, a.attn, H);
     if (w.o_bias) ops_.add_bias(a.attn, 1, H, H, w.o_bias);
 
@@ -115,7 +118,8 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
   float* rstd = f(1);
   ops_.rmsnorm_forward(h, w_.final_norm, 1, H, dims_.rms_eps, normed, rstd);
   float* logits = f(dims_.vocab);
-  ops_.gemm(Trans::No, Trans::Yes, 1, dims_.vocab, H, 1.0f, normed, H, w_.lm_head, H, 0.0f, logits, dims_.vocab);
+  ops_.gemm(Trans::No, Trans::Yes, 1, dims_.vocab, H, 1.0f, normed, H, w_.lm_head, H, 0.0f, logits,
+            dims_.vocab);
   if (w_.lm_head_bias) ops_.add_bias(logits, 1, dims_.vocab, dims_.vocab, w_.lm_head_bias);
   ++cache.length;
   return logits;

@@ -13,9 +13,9 @@ namespace zaya {
 struct DecodeCache {
   struct Layer {
     std::vector<float> conv_tail;  // [tail_rows, C], oldest first; filled as tokens arrive
-    std::vector<float> delayed;    // [kv_dim / 2] v_proj_delayed of the previous token (its bias at the start)
-    std::vector<float> keys;       // [capacity, kv_heads * D], normalised and rotated
-    std::vector<float> values;     // [capacity, kv_heads * D]
+    std::vector<float> delayed;  // [kv_dim / 2] v_proj_delayed of the previous token (its bias at the start)
+    std::vector<float> keys;     // [capacity, kv_heads * D], normalised and rotated
+    std::vector<float> values;   // [capacity, kv_heads * D]
   };
   int64_t length = 0;    // tokens fed so far
   int64_t capacity = 0;  // the most tokens the cache holds

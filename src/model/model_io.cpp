@@ -1,5 +1,6 @@
 #include "model/model_io.h"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -90,7 +91,7 @@ void save_model(const ZayaConfig& config, const ParameterStore& params, const st
   write_generation_config(config, (fs::path(dir) / "generation_config.json").string());
 }
 
-void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed) {
+void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed, bool router_fan_in) {
   const ModelDims& dims = params.dims();
   const auto& table = params.table().params();
   for (size_t index = 0; index < table.size(); ++index) {
@@ -106,7 +107,9 @@ void init_parameters(ParameterStore& params, double initializer_range, uint64_t 
       case ParamRole::RouterWeight:
       case ParamRole::ExpertWeight: {
         const RandomStream stream(seed, RngPurpose::ParameterInit, index);
-        const float std = float(initializer_range);
+        const bool fan_in = router_fan_in && param.role == ParamRole::RouterWeight;
+        const float std =
+            fan_in ? 1.0f / std::sqrt(float(param.shape[param.shape.rank() - 1])) : float(initializer_range);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(i));
         if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {

@@ -37,6 +37,10 @@ void write_generation_config(const ZayaConfig& config, const std::string& path);
 // transformers' _init_weights: normal(0, initializer_range) for linear, convolution, embedding and expert
 // weights (the padding row of the embedding zeroed), ones for norms and scales, zeros for biases and key
 // temperatures, balancing biases 0 with -1 on the skip route. Counter-based: independent of threads.
-void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed);
+// router_fan_in draws the router's matrices with std 1/sqrt(fan_in) instead: through its three small
+// layers the reference init leaves router logits that barely depend on the token (differences of about
+// 1e-4 at R = 32), so that the first updates, or the balancing biases, send every token to one expert.
+void init_parameters(ParameterStore& params, double initializer_range, uint64_t seed,
+                     bool router_fan_in = false);
 
 }  // namespace zaya

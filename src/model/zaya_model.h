@@ -66,6 +66,10 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
+  // A new RoPE base for every layer (a training stage may extend the context this way).
+  void set_rope_theta(double theta) {
+    for (LayerDims& layer : dims_.layer) layer.rope_theta = theta;
+  }
   // Generation: feeds one token at position cache.length and returns the next token's logits ([vocab], valid
   // until the next call). Equal to the full forward pass's logits at that position. Throws Error when the
   // cache is full or the token is outside the vocabulary.

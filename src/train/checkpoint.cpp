@@ -2,13 +2,13 @@
 
 #include <zlib.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -88,7 +88,8 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
     snapshot.tensors.emplace_back("exp_avg." + a.param->name, std::vector<float>(m, m + a.param->numel()));
     if (a.optimizer == OptimizerKind::AdamW) {
       const float* v = optimizer.second_moment() + a.param->offset;
-      snapshot.tensors.emplace_back("exp_avg_sq." + a.param->name, std::vector<float>(v, v + a.param->numel()));
+      snapshot.tensors.emplace_back("exp_avg_sq." + a.param->name,
+                                    std::vector<float>(v, v + a.param->numel()));
     }
   }
   snapshot.tensors.emplace_back("balancing.exp_avg", balancing.first_moment());
@@ -108,7 +109,8 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
     std::vector<std::pair<std::string, TensorView>> out;
     for (size_t i = begin; i < end; ++i) {
       const auto& [tensor_name, values] = snapshot.tensors[i];
-      out.emplace_back(tensor_name, TensorView{const_cast<float*>(values.data()), DType::F32, {int64_t(values.size())}});
+      out.emplace_back(tensor_name,
+                       TensorView{const_cast<float*>(values.data()), DType::F32, {int64_t(values.size())}});
     }
     return out;
   };
@@ -123,10 +125,12 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
     write_file_atomic((temp / "tokenizer.json").string(), read_text_file(snapshot.tokenizer_path));
   }
   SafetensorsWriter optimizer;
-  for (auto& [tensor_name, view] : views(snapshot.model_tensors, snapshot.tensors.size())) optimizer.add(tensor_name, view);
+  for (auto& [tensor_name, view] : views(snapshot.model_tensors, snapshot.tensors.size()))
+    optimizer.add(tensor_name, view);
   optimizer.write((temp / kOptimizerFile).string());
-  write_file_atomic((temp / kStateFile).string(),
-                    state_to_json(snapshot.state, snapshot.optimizer_steps, snapshot.balancing_steps).dump(2) + "\n");
+  write_file_atomic(
+      (temp / kStateFile).string(),
+      state_to_json(snapshot.state, snapshot.optimizer_steps, snapshot.balancing_steps).dump(2) + "\n");
 
   json checksums = json::object();
   for (const auto& entry : fs::directory_iterator(temp)) {
@@ -143,13 +147,15 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
 
   std::vector<std::pair<int64_t, fs::path>> all;
   for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory() && step_of(entry.path()) >= 0) all.emplace_back(step_of(entry.path()), entry.path());
+    if (entry.is_directory() && step_of(entry.path()) >= 0)
+      all.emplace_back(step_of(entry.path()), entry.path());
   }
   std::sort(all.rbegin(), all.rend());
   for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
-CheckpointWriter::CheckpointWriter(std::string run_dir, int keep) : run_dir_(std::move(run_dir)), keep_(keep) {}
+CheckpointWriter::CheckpointWriter(std::string run_dir, int keep)
+    : run_dir_(std::move(run_dir)), keep_(keep) {}
 
 CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
@@ -186,7 +192,8 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
   for (const auto& [file, want] : checksums.items()) {
     const std::string path = (dir / file).string();
     if (!fs::exists(path)) throw Error("missing").file(path);
-    if (!want.is_string() || checksum_of(path) != want.get<std::string>()) throw Error("checksum mismatch").file(path);
+    if (!want.is_string() || checksum_of(path) != want.get<std::string>())
+      throw Error("checksum mismatch").file(path);
   }
 }
 
@@ -195,7 +202,8 @@ std::string find_checkpoint(const std::string& run_dir) {
   if (!fs::is_directory(root)) return "";
   std::vector<std::pair<int64_t, fs::path>> candidates;
   for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory() && step_of(entry.path()) >= 0) candidates.emplace_back(step_of(entry.path()), entry.path());
+    if (entry.is_directory() && step_of(entry.path()) >= 0)
+      candidates.emplace_back(step_of(entry.path()), entry.path());
   }
   std::sort(candidates.rbegin(), candidates.rend());
   // `latest` names the newest complete write; a directory newer than it was never finished.
@@ -211,14 +219,15 @@ std::string find_checkpoint(const std::string& run_dir) {
       verify_checkpoint(path.string());
       return path.string();
     } catch (const Error& e) {
-      std::fprintf(stderr, "zaya: checkpoint %s is damaged (%s); trying the one before it\n", path.c_str(), e.what());
+      std::fprintf(stderr, "zaya: checkpoint %s is damaged (%s); trying the one before it\n", path.c_str(),
+                   e.what());
     }
   }
   return "";
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params, Optimizer& optimizer,
-                                 BalancingController& balancing) {
+LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params,
+                                 Optimizer& optimizer, BalancingController& balancing) {
   const fs::path dir(checkpoint_dir);
   LoadedCheckpoint out;
   out.config = load_config((dir / "config.json").string());
@@ -235,7 +244,8 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   for (const ParamAssignment& a : optimizer.assignments()) {
     restore("exp_avg." + a.param->name, optimizer.first_moment() + a.param->offset, size_t(a.param->numel()));
     if (a.optimizer == OptimizerKind::AdamW) {
-      restore("exp_avg_sq." + a.param->name, optimizer.second_moment() + a.param->offset, size_t(a.param->numel()));
+      restore("exp_avg_sq." + a.param->name, optimizer.second_moment() + a.param->offset,
+              size_t(a.param->numel()));
     }
   }
   restore("balancing.exp_avg", balancing.first_moment().data(), balancing.first_moment().size());

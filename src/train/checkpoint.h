@@ -25,8 +25,8 @@ class Optimizer;
 class BalancingController;
 
 struct TrainerState {
-  int64_t step = 0;          // optimizer steps done
-  int64_t tokens = 0;        // consumed over all stages
+  int64_t step = 0;    // optimizer steps done
+  int64_t tokens = 0;  // consumed over all stages
   int64_t stage = 0;
   int64_t stage_tokens = 0;  // consumed in the current stage
   int64_t bad_steps = 0;     // non-finite steps in a row
@@ -42,7 +42,7 @@ struct CheckpointSnapshot {
   int64_t optimizer_steps = 0, balancing_steps = 0;
   std::string tokenizer_path;
   std::vector<std::pair<std::string, std::vector<float>>> tensors;  // model, then optimizer entries
-  size_t model_tensors = 0;                                          // the first ones are the model's
+  size_t model_tensors = 0;                                         // the first ones are the model's
 };
 
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,
@@ -81,7 +81,7 @@ struct LoadedCheckpoint {
 
 // Reads the model (into params, which must have the checkpoint's shape), the optimizer and balancing
 // state, and the trainer state.
-LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params, Optimizer& optimizer,
-                                 BalancingController& balancing);
+LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params,
+                                 Optimizer& optimizer, BalancingController& balancing);
 
 }  // namespace zaya

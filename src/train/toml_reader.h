@@ -46,6 +46,7 @@ class TomlReader {
 };
 
 // Parses TOML text and applies "dotted.key=value" overrides; throws Error naming the file and line.
-toml::table parse_toml(std::string_view text, const std::string& source, const std::vector<std::string>& overrides);
+toml::table parse_toml(std::string_view text, const std::string& source,
+                       const std::vector<std::string>& overrides);
 
 }  // namespace zaya

@@ -150,6 +150,10 @@ void read_model(TomlReader section, ModelSection& out) {
   out.init = section.string("init", out.init);
   out.vocab_size = section.integer("vocab_size", out.vocab_size);
   out.dtype = section.string("dtype", out.dtype);
+  out.router_init = section.string("router_init", out.router_init);
+  if (out.router_init != "reference" && out.router_init != "fan_in") {
+    section.fail("router_init", "expected \"reference\" (transformers' init) or \"fan_in\"");
+  }
   const int sources = !out.preset.empty() + !out.config.empty() + !out.init.empty();
   if (sources != 1) section.fail("preset", "give exactly one of preset, config or init");
   if (out.vocab_size < 0) section.fail("vocab_size", "must not be negative");
@@ -236,6 +240,14 @@ void read_log(TomlReader section, LogSection& out) {
   section.finish();
 }
 
+void read_debug(TomlReader section, DebugSection& out) {
+  for (double step : section.numbers("nan_steps", {})) {
+    if (step < 1 || step != double(int64_t(step))) section.fail("nan_steps", "expected step numbers from 1");
+    out.nan_steps.push_back(int64_t(step));
+  }
+  section.finish();
+}
+
 }  // namespace
 
 int64_t TrainConfig::total_tokens() const {
@@ -258,6 +270,7 @@ TrainConfig parse_train_config(std::string_view text, const std::string& source,
   read_eval(reader.table("eval"), config.eval);
   read_sample(reader.table("sample"), config.sample);
   read_log(reader.table("log"), config.log);
+  read_debug(reader.table("debug"), config.debug);
   read_optimizer(reader.table("optimizer"), config.optimizer);
   read_schedule(reader.table("schedule"), config.schedule);
   read_balancing(reader.table("balancing"), config.balancing);

@@ -23,8 +23,9 @@ struct RunSection {
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.
 struct ModelSection {
   std::string preset, config, init;
-  int64_t vocab_size = 0;         // 0: the tokenizer's
-  std::string dtype = "float32";  // of the exported weights: "float32" or "bfloat16"
+  int64_t vocab_size = 0;                 // 0: the tokenizer's
+  std::string router_init = "reference";  // or "fan_in" (see init_parameters in model/model_io.h)
+  std::string dtype = "float32";          // of the exported weights: "float32" or "bfloat16"
 };
 
 struct DataSection {
@@ -69,6 +70,11 @@ struct LogSection {
   int max_bad_steps = 5;  // non-finite steps in a row before the run stops
 };
 
+// Fault injection, for testing the guardrails: the listed steps (1-based) get a NaN weight.
+struct DebugSection {
+  std::vector<int64_t> nan_steps;
+};
+
 struct TrainConfig {
   std::string source;  // the file it came from
   RunSection run;
@@ -79,6 +85,7 @@ struct TrainConfig {
   EvalSection eval;
   SampleSection sample;
   LogSection log;
+  DebugSection debug;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   BalancingConfig balancing;

@@ -39,7 +39,7 @@ lines=$("$zaya" inspect "$tmp/bad.safetensors" 2>&1 | wc -l)
 [ "$lines" -eq 1 ] || { echo "FAIL: error is $lines lines, want 1"; failures=$((failures + 1)); }
 
 check "info zaya1-base" 0 "8303355728" -- "$zaya" info --preset zaya1-base
-check "info needs one source" 2 "exactly one" -- "$zaya" info
+check "info needs one source" 2 "give a model (--preset, --config, --model) or --train-config" -- "$zaya" info
 check "info bad preset" 1 "unknown preset 'huge'" -- "$zaya" info --preset huge
 check "init" 0 "initialised" -- "$zaya" init --preset tiny --out "$tmp/tiny" --seed 3
 check "init refuses to overwrite" 1 "--force" -- "$zaya" init --preset tiny --out "$tmp/tiny"

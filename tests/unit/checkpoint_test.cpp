@@ -32,7 +32,8 @@ struct RunState {
       optimizer.first_moment()[i] = rng.normal(uint64_t(i));
       optimizer.second_moment()[i] = rng.uniform(uint64_t(i));
     }
-    for (size_t i = 0; i < balancing.first_moment().size(); ++i) balancing.first_moment()[i] = float(i) * 0.5f;
+    for (size_t i = 0; i < balancing.first_moment().size(); ++i)
+      balancing.first_moment()[i] = float(i) * 0.5f;
     optimizer.set_steps_taken(int64_t(seed) * 10);
     balancing.steps() = int64_t(seed) * 3;
   }
@@ -53,8 +54,8 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   test::TempDir dir;
   RunState saved(1);
   test::write_bytes(dir.file("tokenizer.json"), "{\"fake\": true}");
-  write_checkpoint(take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing, saved.state(20),
-                                 dir.file("tokenizer.json")),
+  write_checkpoint(take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing,
+                                 saved.state(20), dir.file("tokenizer.json")),
                    dir.path(), 3);
   const std::string found = find_checkpoint(dir.path());
   EXPECT_EQ(fs::path(found).filename(), "step_20");
@@ -66,10 +67,12 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   EXPECT_EQ(std::memcmp(loaded.params.values(), saved.params.values(), bytes), 0);
   for (const ParamAssignment& a : saved.optimizer.assignments()) {
     EXPECT_EQ(std::memcmp(loaded.optimizer.first_moment() + a.param->offset,
-                          saved.optimizer.first_moment() + a.param->offset, size_t(a.param->numel()) * 4), 0);
+                          saved.optimizer.first_moment() + a.param->offset, size_t(a.param->numel()) * 4),
+              0);
     if (a.optimizer == OptimizerKind::AdamW) {
       EXPECT_EQ(std::memcmp(loaded.optimizer.second_moment() + a.param->offset,
-                            saved.optimizer.second_moment() + a.param->offset, size_t(a.param->numel()) * 4), 0);
+                            saved.optimizer.second_moment() + a.param->offset, size_t(a.param->numel()) * 4),
+                0);
     }
   }
   EXPECT_EQ(loaded.balancing.first_moment(), saved.balancing.first_moment());

@@ -30,7 +30,8 @@ std::vector<int32_t> read_document(const IndexedDataset& data, int64_t document)
 }
 
 TEST(IndexedDataset, ReadsWhatMegatronWrote) {
-  const nlohmann::json expected = nlohmann::json::parse(read_text_file(test::fixture("data/megatron_expected.json")));
+  const nlohmann::json expected =
+      nlohmann::json::parse(read_text_file(test::fixture("data/megatron_expected.json")));
   for (const char* name : {"megatron_uint16", "megatron_int32"}) {
     const IndexedDataset data(test::fixture(std::string("data/") + name));
     const auto& documents = expected[name];
@@ -49,13 +50,15 @@ TEST(IndexedDataset, ReadsWhatMegatronWrote) {
   EXPECT_EQ(IndexedDataset(test::fixture("data/megatron_int32")).dtype(), TokenDType::Int32);
 }
 
-std::vector<std::vector<int32_t>> write_documents(const std::string& prefix, int count, int32_t vocab, uint32_t salt) {
+std::vector<std::vector<int32_t>> write_documents(const std::string& prefix, int count, int32_t vocab,
+                                                  uint32_t salt) {
   std::vector<std::vector<int32_t>> documents;
   IndexedDatasetWriter writer(prefix, token_dtype_for_vocab(vocab));
   for (int d = 0; d < count; ++d) {
     std::vector<int32_t> doc;
     const int length = 1 + int((uint32_t(d) * 2654435761u + salt) % 37);
-    for (int i = 0; i < length; ++i) doc.push_back(int32_t((uint32_t(d * 131 + i * 7) + salt) % uint32_t(vocab)));
+    for (int i = 0; i < length; ++i)
+      doc.push_back(int32_t((uint32_t(d * 131 + i * 7) + salt) % uint32_t(vocab)));
     writer.add_document(doc.data(), int64_t(doc.size()));
     documents.push_back(doc);
   }
@@ -121,20 +124,26 @@ TEST_P(CorruptDataset, IsAClearErrorNamingTheFile) {
   }
 }
 
-void put_u64(std::string& s, size_t at, uint64_t value) { std::memcpy(s.data() + at, &value, 8); }
+void put_u64(std::string& s, size_t at, uint64_t value) {
+  std::memcpy(s.data() + at, &value, 8);
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CorruptDataset,
     ::testing::Values(
-        Corruption{"truncated index", [](std::string& idx, std::string&) { idx.resize(20); }, "shorter than its header"},
+        Corruption{"truncated index", [](std::string& idx, std::string&) { idx.resize(20); },
+                   "shorter than its header"},
         Corruption{"bad magic", [](std::string& idx, std::string&) { idx[0] = 'X'; }, "MMIDIDX"},
         Corruption{"version 2", [](std::string& idx, std::string&) { put_u64(idx, 9, 2); }, "version 2"},
-        Corruption{"float tokens", [](std::string& idx, std::string&) { idx[17] = 7; }, "not an integer type"},
+        Corruption{"float tokens", [](std::string& idx, std::string&) { idx[17] = 7; },
+                   "not an integer type"},
         Corruption{"counts lie", [](std::string& idx, std::string&) { put_u64(idx, 18, 7); }, "need"},
         Corruption{"huge counts", [](std::string& idx, std::string&) { put_u64(idx, 18, ~uint64_t(0) / 2); },
                    "more than the file holds"},
-        Corruption{"index cut short", [](std::string& idx, std::string&) { idx.resize(idx.size() - 8); }, "need"},
-        Corruption{"data cut short", [](std::string&, std::string& bin) { bin.resize(bin.size() - 2); }, "data file has"},
+        Corruption{"index cut short", [](std::string& idx, std::string&) { idx.resize(idx.size() - 8); },
+                   "need"},
+        Corruption{"data cut short", [](std::string&, std::string& bin) { bin.resize(bin.size() - 2); },
+                   "data file has"},
         Corruption{"data too long", [](std::string&, std::string& bin) { bin += "xx"; }, "data file has"},
         Corruption{"negative length",
                    [](std::string& idx, std::string&) {
@@ -142,10 +151,11 @@ INSTANTIATE_TEST_SUITE_P(
                      std::memcpy(idx.data() + 34 + 4, &negative, 4);
                    },
                    "negative length"},
-        Corruption{"pointer off",
-                   [](std::string& idx, std::string&) { put_u64(idx, 34 + 6 * 4 + 8 * 2, 2); }, "starts at byte"},
+        Corruption{"pointer off", [](std::string& idx, std::string&) { put_u64(idx, 34 + 6 * 4 + 8 * 2, 2); },
+                   "starts at byte"},
         Corruption{"document index off",
-                   [](std::string& idx, std::string&) { put_u64(idx, 34 + 6 * 12 + 8 * 3, 1); }, "out of order"}),
+                   [](std::string& idx, std::string&) { put_u64(idx, 34 + 6 * 12 + 8 * 3, 1); },
+                   "out of order"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 TEST(IndexedDataset, MissingFilesAreNamed) {
@@ -207,7 +217,8 @@ TEST_F(LoaderTest, WindowsTileTheDocumentsOncePerEpoch) {
   DataLoader loader({stage(seq, 1, 0)}, 3, 500);
   const std::vector<int32_t> drawn = draw(loader, windows);
   std::multiset<int32_t> targets;  // every window's last seq_len tokens: each dataset token at most once
-  for (int64_t w = 0; w < windows; ++w) targets.insert(drawn.begin() + w * (seq + 1) + 1, drawn.begin() + (w + 1) * (seq + 1));
+  for (int64_t w = 0; w < windows; ++w)
+    targets.insert(drawn.begin() + w * (seq + 1) + 1, drawn.begin() + (w + 1) * (seq + 1));
   for (int32_t token : targets) EXPECT_GE(tokens.count(token), targets.count(token));
   // All tokens but the stream's first and the (total - 1) % seq left over at its end are targets.
   EXPECT_EQ(int64_t(tokens.size() - targets.size()), (total - 1) % seq + 1);
@@ -260,7 +271,8 @@ TEST_F(LoaderTest, MixtureFollowsTheWeights) {
 }
 
 TEST_F(LoaderTest, BadConfigurationsAreNamed) {
-  EXPECT_THROW(DataLoader({stage(100000, 1, 0)}, 1, 500), Error);  // one window needs more tokens than there are
+  EXPECT_THROW(DataLoader({stage(100000, 1, 0)}, 1, 500),
+               Error);  // one window needs more tokens than there are
   EXPECT_THROW(DataLoader({}, 1, 500), Error);
   EXPECT_THROW(DataLoader({stage(8, -1, 0)}, 1, 500), Error);
   EXPECT_THROW(DataLoader({StageData{8, {{dir_.file("missing"), 1}}}}, 1, 500), Error);

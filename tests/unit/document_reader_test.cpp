@@ -11,7 +11,8 @@
 namespace zaya {
 namespace {
 
-std::vector<DocumentPiece> read_all(const std::vector<std::string>& inputs, DocumentReaderOptions options = {}) {
+std::vector<DocumentPiece> read_all(const std::vector<std::string>& inputs,
+                                    DocumentReaderOptions options = {}) {
   DocumentReader reader(inputs, options);
   std::vector<DocumentPiece> out;
   while (reader.next(out, 1 << 20)) {
@@ -37,7 +38,8 @@ TEST(DocumentReader, ReadsTextJsonLinesCompressedAndDirectories) {
   std::filesystem::create_directories(dir.file("corpus/sub"));
   test::write_bytes(dir.file("corpus/b.txt"), "second file\n");
   test::write_bytes(dir.file("corpus/a.rst"), "first file\r\nwith two lines");
-  test::write_bytes(dir.file("corpus/sub/c.jsonl"), "{\"text\": \"json one\", \"id\": 1}\n\n{\"text\": \"json \\u00e9\"}\n");
+  test::write_bytes(dir.file("corpus/sub/c.jsonl"),
+                    "{\"text\": \"json one\", \"id\": 1}\n\n{\"text\": \"json \\u00e9\"}\n");
   test::write_bytes(dir.file("corpus/skip.bin"), "\x01\x02");
   write_gzip(dir.file("corpus/sub/d.txt.gz"), "gzip text");
   write_zstd(dir.file("corpus/sub/e.jsonl.zst"), "{\"body\": \"zstd json\", \"text\": \"zstd text\"}\n");
@@ -47,8 +49,8 @@ TEST(DocumentReader, ReadsTextJsonLinesCompressedAndDirectories) {
     EXPECT_TRUE(p.first && p.last);
     texts.push_back(p.text);
   }
-  EXPECT_EQ(texts, (std::vector<std::string>{"first file\r\nwith two lines", "second file\n", "json one", "json \xc3\xa9",
-                                             "gzip text", "zstd text"}));
+  EXPECT_EQ(texts, (std::vector<std::string>{"first file\r\nwith two lines", "second file\n", "json one",
+                                             "json \xc3\xa9", "gzip text", "zstd text"}));
   EXPECT_NE(pieces[3].where.find("c.jsonl:3"), std::string::npos);
   EXPECT_EQ(read_all({dir.file("corpus/sub/e.jsonl.zst")}, {"body"})[0].text, "zstd json");
 }
@@ -100,7 +102,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"overlong.txt", "\xc0\xaf", "invalid UTF-8"},
                       BadInput{"surrogate.txt", "\xed\xa0\x80", "invalid UTF-8"},
                       BadInput{"cut.txt", "ok \xe2\x82", "invalid UTF-8"},
-                      BadInput{"nofield.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n", "line 2 has no \"text\" field"},
+                      BadInput{"nofield.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n",
+                               "line 2 has no \"text\" field"},
                       BadInput{"number.jsonl", "{\"text\": 5}\n", "is not a string"},
                       BadInput{"broken.jsonl", "{\"text\": \"a\"\n", "line 1 is not valid JSON"},
                       BadInput{"array.jsonl", "[1]\n", "not a JSON object"},

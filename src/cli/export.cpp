@@ -1,0 +1,52 @@
+// `zaya export --checkpoint PATH --out DIR [--dtype float32|bfloat16]`: a checkpoint (or a run directory,
+// meaning its newest intact checkpoint) as a Hugging Face model directory with its tokenizer.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "model/model_io.h"
+#include "train/checkpoint.h"
+
+namespace zaya::cli {
+namespace {
+
+struct ExportArgs {
+  std::string checkpoint, out, dtype = "float32";
+};
+
+void run_export(const ExportArgs& args) {
+  namespace fs = std::filesystem;
+  std::string source = args.checkpoint;
+  if (fs::is_directory(fs::path(source) / "checkpoints")) {
+    source = find_checkpoint(source);
+    if (source.empty()) throw Error("the run has no intact checkpoint").file(args.checkpoint);
+  }
+  verify_checkpoint(source);
+  const LoadedModel model = load_model(source);
+  save_model(model.config, *model.params, args.out, {args.dtype});
+  const fs::path tokenizer = fs::path(source) / "tokenizer.json";
+  if (fs::exists(tokenizer))
+    write_file_atomic((fs::path(args.out) / "tokenizer.json").string(), read_text_file(tokenizer.string()));
+  std::printf("exported %s to %s (%s)\n", source.c_str(), args.out.c_str(), args.dtype.c_str());
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* command = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  command
+      ->add_option("--checkpoint", args->checkpoint,
+                   "a checkpoint directory, or a run directory (its newest)")
+      ->required();
+  command->add_option("--out", args->out, "the model directory to write")->required();
+  command->add_option("--dtype", args->dtype, "weight dtype")->check(CLI::IsMember({"float32", "bfloat16"}));
+  command->callback([args] { run_export(*args); });
+}
+
+}  // namespace zaya::cli

@@ -1,0 +1,98 @@
+#include "data/prepare.h"
+
+#include <chrono>
+#include <memory>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/document_reader.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+
+namespace zaya {
+namespace {
+
+// Text handed to the tokenizer threads at a time: large enough to keep both cores busy, small enough
+// that memory does not grow with the corpus.
+constexpr size_t kBatchBytes = size_t(8) << 20;
+
+}  // namespace
+
+PrepareReport prepare_dataset(const PrepareOptions& options,
+                              const std::function<void(const PrepareProgress&)>& progress) {
+  if (!(options.val_fraction >= 0 && options.val_fraction < 1)) {
+    throw Error(cat("must be in [0, 1), got ", options.val_fraction)).field("--val-fraction");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
+  std::optional<int32_t> eos =
+      options.eos_token.empty() ? tokenizer.eos_id() : tokenizer.token_to_id(options.eos_token);
+  if (!eos) {
+    throw Error(options.eos_token.empty() ? "has no end-of-document token; name one with --eos-token"
+                                          : "has no token \"" + options.eos_token + "\"")
+        .file(options.tokenizer);
+  }
+  DocumentReader reader(options.inputs, {options.text_field});
+
+  PrepareReport report;
+  report.vocab_size = tokenizer.vocab_size();
+  report.train_prefix = options.output + "_train";
+  const TokenDType dtype = token_dtype_for_vocab(report.vocab_size);
+  IndexedDatasetWriter train(report.train_prefix, dtype);
+  std::unique_ptr<IndexedDatasetWriter> val;
+  if (options.val_fraction > 0) {
+    report.val_prefix = options.output + "_val";
+    val = std::make_unique<IndexedDatasetWriter>(report.val_prefix, dtype);
+  }
+
+  const RandomStream split(options.seed, RngPurpose::DataOrder, 0x5b1177);
+  int64_t document = 0;
+  bool document_to_val = false;
+  std::vector<int32_t> current;  // the document being assembled from its pieces
+  std::vector<DocumentPiece> pieces;
+  std::vector<std::vector<int32_t>> encoded;
+  PrepareProgress status;
+  status.total_bytes = reader.total_bytes();
+  while (true) {
+    pieces.clear();
+    if (!reader.next(pieces, kBatchBytes)) break;
+    encoded.assign(pieces.size(), {});
+    std::vector<std::string> failures(pieces.size());
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      try {
+        encoded[i] = tokenizer.encode(pieces[i].text);
+      } catch (const Error& e) {
+        failures[i] = pieces[i].where + ": " + e.message();
+      }
+    }
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!failures[i].empty()) throw Error(failures[i]);
+      if (pieces[i].first) {
+        current.clear();
+        document_to_val = val && split.uniform_double(uint64_t(document)) < options.val_fraction;
+        ++document;
+      }
+      current.insert(current.end(), encoded[i].begin(), encoded[i].end());
+      report.bytes += pieces[i].text.size();
+      if (!pieces[i].last) continue;
+      current.push_back(*eos);
+      (document_to_val ? *val : train).add_document(current.data(), int64_t(current.size()));
+      (document_to_val ? report.val_tokens : report.train_tokens) += int64_t(current.size());
+      ++(document_to_val ? report.val_documents : report.train_documents);
+    }
+    status.bytes_read = reader.bytes_read();
+    status.documents = report.train_documents + report.val_documents;
+    status.tokens = report.train_tokens + report.val_tokens;
+    status.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (progress) progress(status);
+  }
+  if (report.train_documents == 0)
+    throw Error("every document went to validation; lower --val-fraction").field("--val-fraction");
+  train.finish();
+  if (val) val->finish();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace zaya

@@ -1,0 +1,432 @@
+#include "train/trainer.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "backend/ops.h"
+#include "backend/throughput.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/tokenizer.h"
+#include "infer/generator.h"
+#include "io/atomic_file.h"
+#include "model/model_io.h"
+#include "model/model_stats.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace zaya {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+ZayaConfig resolve_model_config(const TrainConfig& config, int64_t tokenizer_vocab,
+                                std::optional<int32_t> pad, std::optional<int32_t> bos,
+                                std::optional<int32_t> eos) {
+  const ModelSection& m = config.model;
+  ZayaConfig out;
+  if (!m.preset.empty()) {
+    out = preset_config(m.preset);
+  } else if (!m.config.empty()) {
+    out = load_config(m.config);
+  } else {
+    out = load_config((fs::path(m.init) / "config.json").string());
+  }
+  if (m.init.empty()) {
+    out.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
+    out.pad_token_id = pad;
+    out.bos_token_id = bos;
+    out.eos_token_id.clear();
+    if (eos) out.eos_token_id.push_back(*eos);
+  }
+  if (out.vocab_size < tokenizer_vocab) {
+    throw Error(cat("the model's vocabulary (", out.vocab_size, ") is smaller than the tokenizer's (",
+                    tokenizer_vocab, ")"))
+        .file(config.source)
+        .field("model.vocab_size");
+  }
+  for (const StageConfig& stage : config.stages) {
+    out.max_position_embeddings = std::max(out.max_position_embeddings, stage.seq_len);
+  }
+  validate_config(out, config.source);
+  return out;
+}
+
+namespace {
+
+// The next step: which stage it belongs to and how many sequences it takes. A stage ends when its
+// budget cannot hold one more whole micro-batch; the last step of a stage is cut to what is left.
+struct StepPlan {
+  int64_t stage = 0, sequences = 0;
+};
+
+StepPlan plan_step(const TrainConfig& config, const BatchRamp& ramp, int64_t stage, int64_t stage_tokens,
+                   int64_t tokens) {
+  const int64_t unit = config.batch.micro_batch;
+  while (stage < int64_t(config.stages.size())) {
+    const StageConfig& s = config.stages[size_t(stage)];
+    const int64_t fits = (s.tokens - stage_tokens) / s.seq_len / unit * unit;
+    const int64_t sequences = std::min(ramp.global_sequences(tokens), fits);
+    if (sequences > 0) return {stage, sequences};
+    ++stage;
+    stage_tokens = 0;
+  }
+  return {stage, 0};
+}
+
+// Builds the next global batch on a background thread while the current step trains.
+class BatchPrefetcher {
+ public:
+  struct Batch {
+    std::vector<int32_t> windows;  // [sequences, seq_len + 1]
+    int64_t sequences = 0, seq_len = 0;
+    LoaderState after;  // the loader's position once this batch is drawn
+  };
+  explicit BatchPrefetcher(DataLoader& loader) : loader_(loader) {}
+  ~BatchPrefetcher() {
+    if (pending_.valid()) pending_.wait();
+  }
+  void request(int64_t stage, int64_t sequences) {
+    if (loader_.stage() != stage) loader_.start_stage(stage);
+    pending_ = std::async(std::launch::async, [this, sequences] {
+      Batch batch;
+      batch.sequences = sequences;
+      batch.seq_len = loader_.seq_len();
+      batch.windows.resize(size_t(sequences * (batch.seq_len + 1)));
+      loader_.next(sequences, 0, sequences, batch.windows.data());
+      batch.after = loader_.state();
+      return batch;
+    });
+  }
+  Batch take() { return pending_.get(); }
+
+ private:
+  DataLoader& loader_;
+  std::future<Batch> pending_;
+};
+
+// Held-out loss on the same windows every time (per sequence length), with perplexity and bits per byte.
+class Evaluator {
+ public:
+  Evaluator(const TrainConfig& config, int64_t vocab, const Tokenizer& tokenizer)
+      : config_(config), tokenizer_(tokenizer) {
+    std::vector<StageData> stages;
+    for (const StageConfig& stage : config.stages)
+      stages.push_back({stage.seq_len, {{config.data.validation, 1.0}}});
+    loader_ = std::make_unique<DataLoader>(stages, config.run.seed ^ 0xe7a1u, vocab);
+    bytes_.assign(config.stages.size(), 0);
+  }
+
+  EvalMetrics run(ZayaModel& model, int64_t stage) {
+    loader_->start_stage(stage);
+    const int64_t seq = loader_->seq_len(), micro = config_.eval.micro_batch;
+    const int64_t windows = std::max<int64_t>(1, (config_.eval.tokens + seq - 1) / seq);
+    std::vector<int32_t> data(size_t(windows * (seq + 1))), ids, labels;
+    loader_->next(windows, 0, windows, data.data());
+    double loss = 0;
+    int64_t labelled = 0;
+    const bool count_bytes = bytes_[size_t(stage)] == 0;
+    for (int64_t first = 0; first < windows; first += micro) {
+      const int64_t n = std::min(micro, windows - first);
+      ids.clear();
+      labels.clear();
+      for (int64_t w = first; w < first + n; ++w) {
+        const int32_t* window = data.data() + w * (seq + 1);
+        ids.insert(ids.end(), window, window + seq);
+        labels.insert(labels.end(), window + 1, window + seq + 1);
+        if (count_bytes)
+          bytes_[size_t(stage)] +=
+              int64_t(tokenizer_.decode(std::vector<int32_t>(window + 1, window + seq + 1)).size());
+      }
+      const ForwardResult result = model.forward({ids.data(), labels.data(), nullptr, n, seq});
+      loss += result.loss_sum;
+      labelled += result.labelled;
+    }
+    EvalMetrics m;
+    m.eval_tokens = labelled;
+    m.loss = loss / double(labelled);
+    m.perplexity = std::exp(m.loss);
+    m.bits_per_byte = loss / std::log(2.0) / double(std::max<int64_t>(1, bytes_[size_t(stage)]));
+    return m;
+  }
+
+ private:
+  const TrainConfig& config_;
+  const Tokenizer& tokenizer_;
+  std::unique_ptr<DataLoader> loader_;
+  std::vector<int64_t> bytes_;  // per stage: the UTF-8 bytes the evaluated targets decode to
+};
+
+// An exclusive lock on RUN/.lock for the life of the run: two processes training into one directory would
+// overwrite each other's checkpoints. The kernel drops it when the process dies, however it dies.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& run_dir) {
+    const std::string path = run_dir + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("cannot create the run lock").file(path);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+      throw Error("another zaya process is training in this run directory").file(run_dir);
+  }
+  ~RunLock() { ::close(fd_); }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return text;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
+                         const std::atomic<bool>& stop) {
+  set_num_threads(config.run.threads);
+  fs::create_directories(run_dir);
+  const RunLock lock(run_dir);
+  const std::string recorded_config = (fs::path(run_dir) / "config.toml").string();
+  if (!fs::exists(recorded_config)) write_file_atomic(recorded_config, read_text_file(config.source));
+
+  Ops& ops = cpu_ops();
+  const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
+  const std::string resume = find_checkpoint(run_dir);
+  ZayaConfig model_config = resume.empty()
+                                ? resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
+                                                       tokenizer.bos_id(), tokenizer.eos_id())
+                                : load_config((fs::path(resume) / "config.json").string());
+  ParameterStore params(model_dims(model_config));
+  Optimizer optimizer(params, config.optimizer, ops);
+  BalancingController balancing(config.balancing, params.dims().layers, params.dims().experts);
+  TrainerState state;
+  if (!resume.empty()) {
+    state = load_checkpoint(resume, params, optimizer, balancing).state;
+  } else if (!config.model.init.empty()) {
+    load_weights(config.model.init, params, model_config.tie_word_embeddings);
+  } else {
+    init_parameters(params, model_config.initializer_range, config.run.seed,
+                    config.model.router_init == "fan_in");
+  }
+  if (state.stage > int64_t(config.stages.size())) {
+    throw Error(
+        cat("the checkpoint is in stage ", state.stage + 1, " but the config has ", config.stages.size()))
+        .file(config.source)
+        .field("stages");
+  }
+
+  ZayaModel model(params, ops);
+  model.set_router_aux_loss(config.aux_loss);
+  TrainStep train_step(model, optimizer, balancing);
+  const BatchRamp ramp(config.batch, 1);
+  std::vector<StageData> stage_data;
+  for (const StageConfig& stage : config.stages) stage_data.push_back({stage.seq_len, stage.mixture});
+  DataLoader loader(stage_data, config.run.seed, params.dims().vocab);
+  if (!resume.empty()) loader.restore(state.loader);
+  std::unique_ptr<Evaluator> evaluator;
+  if (!config.data.validation.empty())
+    evaluator = std::make_unique<Evaluator>(config, params.dims().vocab, tokenizer);
+
+  MetricsLog log(run_dir, config.log.tensorboard);
+  ConsoleProgress console(config.log.console_seconds);
+  TrainResult result;
+  const int64_t total = config.total_tokens(), stages = int64_t(config.stages.size());
+  StepPlan plan = plan_step(config, ramp, state.stage, state.stage_tokens, state.tokens);
+  if (plan.stage >= stages) {
+    console.print(cat("the run in ", run_dir, " finished at step ", state.step, " (", state.tokens,
+                      " tokens); nothing to do"));
+    result = {TrainOutcome::AlreadyFinished, state.step, state.tokens, resume, 0, 0};
+    return result;
+  }
+
+  const ModelStats stats =
+      model_stats(params.table(), params.dims(), config.stages[size_t(plan.stage)].seq_len);
+  console.print(cat(resume.empty() ? "starting " : "resuming ", run_dir,
+                    resume.empty() ? "" : " from " + resume, ": ", params.dims().layers, " layers, hidden ",
+                    params.dims().hidden, ", ", params.dims().experts, " experts; ", stats.total,
+                    " parameters (", stats.active_non_embedding, " active non-embedding); ", stages,
+                    " stage(s), ", total, " tokens"));
+  const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
+  CheckpointWriter checkpoints(run_dir, config.checkpoint.keep);
+  std::string last_checkpoint = resume;
+  auto save = [&](bool wait) {
+    checkpoints.write_async(
+        take_snapshot(model_config, params, optimizer, balancing, state, config.data.tokenizer));
+    last_checkpoint = (fs::path(run_dir) / "checkpoints" / ("step_" + std::to_string(state.step))).string();
+    if (wait) checkpoints.wait();
+  };
+  auto enter_stage = [&](int64_t stage) {
+    const StageConfig& s = config.stages[size_t(stage)];
+    if (s.rope_theta > 0) {
+      model.set_rope_theta(s.rope_theta);
+      for (auto& [type, rope] : model_config.rope_parameters) rope.rope_theta = s.rope_theta;
+    }
+  };
+  auto evaluate = [&] {
+    if (!evaluator) return;
+    EvalMetrics m = evaluator->run(model, std::min(state.stage, stages - 1));
+    m.step = state.step;
+    m.tokens = state.tokens;
+    log.eval(m);
+    result.eval_loss = m.loss;
+    result.eval_bits_per_byte = m.bits_per_byte;
+    console.print(cat("eval at step ", m.step, ": loss ", m.loss, ", perplexity ", m.perplexity,
+                      ", bits per byte ", m.bits_per_byte, " (", m.eval_tokens, " tokens)"));
+  };
+  auto sample = [&] {
+    if (config.sample.max_new_tokens == 0) return;
+    SamplingOptions options{config.sample.max_new_tokens, config.sample.temperature, config.sample.top_p,
+                            config.run.seed + uint64_t(state.step), tokenizer.eos_id()};
+    const std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
+    const std::string text = tokenizer.decode(generate(model, prompt, options), true);
+    log.event("sample", state.step,
+              nlohmann::json({{"prompt", config.sample.prompt}, {"text", text}}).dump());
+    console.print(cat("sample at step ", state.step, ": ", one_line(config.sample.prompt + text)));
+  };
+
+  enter_stage(plan.stage);
+  BatchPrefetcher prefetch(loader);
+  prefetch.request(plan.stage, plan.sequences);
+  auto last_save = Clock::now();
+  double smoothed_rate = 0;
+  while (true) {
+    BatchPrefetcher::Batch batch = prefetch.take();
+    const StageConfig& stage = config.stages[size_t(plan.stage)];
+    const int64_t seq = batch.seq_len, step_tokens = batch.sequences * seq;
+    const StepPlan next =
+        plan_step(config, ramp, plan.stage, state.stage_tokens + step_tokens, state.tokens + step_tokens);
+    if (next.stage < stages) prefetch.request(next.stage, next.sequences);
+
+    std::vector<std::vector<int32_t>> ids, labels;
+    std::vector<Batch> micro_batches;
+    for (int64_t first = 0; first < batch.sequences; first += config.batch.micro_batch) {
+      ids.emplace_back();
+      labels.emplace_back();
+      for (int64_t w = first; w < first + config.batch.micro_batch; ++w) {
+        const int32_t* window = batch.windows.data() + w * (seq + 1);
+        ids.back().insert(ids.back().end(), window, window + seq);
+        labels.back().insert(labels.back().end(), window + 1, window + seq + 1);
+      }
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      micro_batches.push_back({ids[i].data(), labels[i].data(), nullptr, config.batch.micro_batch, seq});
+    }
+    const double lr_factor = lr_multiplier(config.schedule, state.tokens + step_tokens, total) *
+                             ramp.lr_factor(state.tokens) * stage.lr_multiplier;
+
+    // Fault injection for testing the guardrail: a NaN weight makes this step's loss non-finite.
+    const bool inject = std::find(config.debug.nan_steps.begin(), config.debug.nan_steps.end(),
+                                  state.step + 1) != config.debug.nan_steps.end();
+    float* poisoned = params.value(params.table().params().front());
+    const float saved_weight = *poisoned;
+    if (inject) *poisoned = NAN;
+    const auto start = Clock::now();
+    const StepReport report = train_step.run(micro_batches, lr_factor);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (inject) *poisoned = saved_weight;
+
+    ++state.step;
+    state.tokens += step_tokens;
+    state.stage_tokens += step_tokens;
+    state.seconds += seconds;
+    state.loader = batch.after;
+    state.bad_steps = report.skipped ? state.bad_steps + 1 : 0;
+    const double rate = double(step_tokens) / seconds;
+    smoothed_rate = smoothed_rate == 0 ? rate : 0.8 * smoothed_rate + 0.2 * rate;
+
+    StepMetrics m;
+    m.step = state.step;
+    m.tokens = state.tokens;
+    m.total_tokens = total;
+    m.stage = plan.stage;
+    m.stages = stages;
+    m.stage_name = stage.name;
+    m.loss = report.loss;
+    m.aux_loss = report.aux_loss;
+    m.lr = config.optimizer.lr * lr_factor;
+    m.grad_norm = report.optimizer.grad_norm;
+    m.clip = report.optimizer.clip_factor;
+    m.tokens_per_second = rate;
+    m.mfu = model_stats(params.table(), params.dims(), seq).training_flops_per_token * rate / gemm_flops;
+    m.eta_seconds = double(total - state.tokens) / smoothed_rate;
+    m.sequences = batch.sequences;
+    m.seq_len = seq;
+    m.skipped = report.skipped;
+    m.routing = report.routing;
+    console.step(m);
+    if (state.step % config.log.every_steps == 0 || report.skipped) log.step(m);
+    if (report.skipped) {
+      log.event("skipped_step", state.step, cat("{\"bad_steps_in_a_row\": ", state.bad_steps, "}"));
+      console.print(cat("step ", state.step, ": non-finite loss or gradient; the update was skipped (",
+                        state.bad_steps, " in a row)"));
+      if (state.bad_steps >= config.log.max_bad_steps) {
+        checkpoints.wait();
+        console.print(cat("stopping: ", state.bad_steps,
+                          " non-finite steps in a row; the last good checkpoint is ",
+                          last_checkpoint.empty() ? std::string("(none yet)") : last_checkpoint));
+        log.flush();
+        return {TrainOutcome::Diverged, state.step,       state.tokens,
+                last_checkpoint,        result.eval_loss, result.eval_bits_per_byte};
+      }
+    }
+
+    if (next.stage != plan.stage) {
+      state.stage = next.stage;
+      state.stage_tokens = 0;
+      log.event("stage", state.step, nlohmann::json({{"from", stage.name}, {"tokens", state.tokens}}).dump());
+      console.print(
+          cat("stage ", stage.name, " done at ", state.tokens, " tokens",
+              next.stage < stages ? "; now " + config.stages[size_t(next.stage)].name : std::string()));
+      if (next.stage < stages) enter_stage(next.stage);
+    }
+    plan = next;
+    const bool done = plan.stage >= stages;
+    if (done) break;
+    if (config.eval.every_steps && state.step % config.eval.every_steps == 0) evaluate();
+    if (config.sample.every_steps && state.step % config.sample.every_steps == 0) sample();
+    const bool by_steps = config.checkpoint.every_steps && state.step % config.checkpoint.every_steps == 0;
+    const bool by_time = config.checkpoint.every_minutes > 0 &&
+                         std::chrono::duration<double>(Clock::now() - last_save).count() >=
+                             60 * config.checkpoint.every_minutes;
+    if (by_steps || by_time) {
+      save(false);
+      last_save = Clock::now();
+    }
+    if (stop.load()) {
+      save(true);
+      console.print(cat("stopped at step ", state.step, "; checkpoint ", last_checkpoint));
+      log.flush();
+      return {TrainOutcome::Interrupted, state.step,       state.tokens,
+              last_checkpoint,           result.eval_loss, result.eval_bits_per_byte};
+    }
+    log.flush();
+  }
+
+  evaluate();
+  sample();
+  save(true);
+  log.event("finished", state.step,
+            cat("{\"tokens\": ", state.tokens, ", \"seconds\": ", state.seconds, "}"));
+  log.flush();
+  console.print(cat("finished at step ", state.step, ", ", state.tokens, " tokens in ",
+                    format_duration(state.seconds), "; checkpoint ", last_checkpoint));
+  result.outcome = TrainOutcome::Finished;
+  result.step = state.step;
+  result.tokens = state.tokens;
+  result.checkpoint = last_checkpoint;
+  return result;
+}
+
+}  // namespace zaya

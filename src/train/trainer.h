@@ -1,0 +1,33 @@
+#pragma once
+// `zaya train`: the whole run. Resolves the model from the config and tokenizer (or resumes the newest
+// intact checkpoint of the run directory), then trains stage by stage on the batch ramp and schedule,
+// evaluating, sampling, logging and checkpointing as configured, until every stage's token budget is
+// spent, a stop is requested (SIGINT/SIGTERM: the step finishes and a checkpoint is written), or too
+// many non-finite steps in a row.
+
+#include <atomic>
+#include <string>
+
+#include "train/train_config.h"
+
+namespace zaya {
+
+enum class TrainOutcome { Finished, AlreadyFinished, Interrupted, Diverged };
+
+struct TrainResult {
+  TrainOutcome outcome = TrainOutcome::Finished;
+  int64_t step = 0, tokens = 0;
+  std::string checkpoint;                        // the newest checkpoint at exit
+  double eval_loss = 0, eval_bits_per_byte = 0;  // the last evaluation (0 without a validation set)
+};
+
+TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
+                         const std::atomic<bool>& stop);
+
+// The model configuration a run trains: from the [model] section, with the vocabulary and special tokens
+// of the tokenizer and room for the longest stage.
+ZayaConfig resolve_model_config(const TrainConfig& config, int64_t tokenizer_vocab,
+                                std::optional<int32_t> pad, std::optional<int32_t> bos,
+                                std::optional<int32_t> eos);
+
+}  // namespace zaya
