@@ -1,6 +1,8 @@
 // `zaya train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--print-param-groups]`: the main job.
 // Resumes by itself when DIR holds a checkpoint. SIGINT and SIGTERM finish the step, write a checkpoint and
-// exit 0; too many non-finite steps in a row exit 3.
+// exit 0; too many non-finite steps in a row exit 3. Started by an MPI launcher (`mpirun -np N zaya train
+// ...`, `srun zaya train ...`), it trains data-parallel over the ranks; an error on any rank is printed with
+// its rank and ends the whole job.
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -11,6 +13,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "io/atomic_file.h"
 #include "optim/param_groups.h"
 #include "train/trainer.h"
 
@@ -41,9 +45,25 @@ void run_train(const TrainArgs& args) {
     return;
   }
   if (args.run_dir.empty()) throw Error("is required to train").field("--run-dir");
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
-  const TrainResult result = run_training(config, args.run_dir, stop_requested);
+  std::unique_ptr<Communicator> comm =
+      launched_by_mpi() ? make_mpi_communicator() : make_single_process_communicator();
+  TrainResult result;
+  try {
+    require_agreement(*comm, "the zaya version", ZAYA_VERSION);
+    std::string run = read_text_file(args.config);
+    for (const std::string& override_text : args.overrides) run += "\n--set " + override_text;
+    require_agreement(*comm, "the run configuration (" + args.config + " and --set)", run);
+    std::signal(SIGINT, request_stop);
+    std::signal(SIGTERM, request_stop);
+    result = run_training(config, args.run_dir, stop_requested, *comm);
+  } catch (const std::exception& e) {
+    if (comm->size() == 1) throw;
+    // The other ranks may be waiting in a collective: end them all, with the reason from this one.
+    std::fprintf(stderr, "zaya: error on rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
+  comm.reset();  // MPI is finalised before the exit below
   if (result.outcome == TrainOutcome::Diverged) std::exit(3);
 }
 

@@ -11,16 +11,19 @@
 
 namespace zaya {
 
-Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops)
+Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
+                     std::pair<int64_t, int64_t> owned)
     : params_(params),
       config_(config),
       ops_(ops),
       assignments_(assign_param_groups(params.table(), config.groups)),
-      m_(size_t(params.table().total_floats()) * sizeof(float)),
-      v_(size_t(params.table().total_floats()) * sizeof(float)) {
+      begin_(owned.first),
+      end_(owned.second < 0 ? params.table().total_floats() : owned.second),
+      m_(size_t(end_ - begin_) * sizeof(float)),
+      v_(size_t(end_ - begin_) * sizeof(float)) {
   if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
   for (const ParamAssignment& a : assignments_) {
-    if (a.optimizer != OptimizerKind::Muon) continue;
+    if (a.optimizer != OptimizerKind::Muon || !owns(*a.param)) continue;
     const Shape& shape = a.param->shape;
     if (a.param->role == ParamRole::ExpertWeight) {
       for (int64_t e = 0; e < shape[0]; ++e) {
@@ -39,12 +42,21 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
   scratch_ = AlignedBuffer(size_t(scratch_per_thread_ * omp_get_max_threads()) * sizeof(float));
 }
 
-OptimizerStepStats Optimizer::step(double lr_factor) {
-  OptimizerStepStats stats;
+double Optimizer::owned_grad_sum_squares() const {
   double sum_squares = 0;
-  for (const ParamAssignment& a : assignments_)
-    sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
-  stats.grad_norm = std::sqrt(sum_squares);
+  for (const ParamAssignment& a : assignments_) {
+    if (owns(*a.param)) sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
+  }
+  return sum_squares;
+}
+
+OptimizerStepStats Optimizer::step(double lr_factor) {
+  return step(lr_factor, std::sqrt(owned_grad_sum_squares()));
+}
+
+OptimizerStepStats Optimizer::step(double lr_factor, double grad_norm) {
+  OptimizerStepStats stats;
+  stats.grad_norm = grad_norm;
   if (!std::isfinite(stats.grad_norm)) {
     stats.finite = false;
     return stats;
@@ -61,11 +73,10 @@ OptimizerStepStats Optimizer::step(double lr_factor) {
   using Clock = std::chrono::steady_clock;
   const auto adamw_start = Clock::now();
   for (const ParamAssignment& a : assignments_) {
-    if (a.optimizer != OptimizerKind::AdamW) continue;
+    if (a.optimizer != OptimizerKind::AdamW || !owns(*a.param)) continue;
     const float lr = base_lr * adam.lr_multiplier * a.lr_multiplier;
-    const int64_t at = a.param->offset;
-    ops_.adamw_step(params_.value(*a.param), params_.grad(*a.param), first_moment() + at,
-                    second_moment() + at, a.param->numel(),
+    ops_.adamw_step(params_.value(*a.param), params_.grad(*a.param), first_moment(*a.param),
+                    second_moment(*a.param), a.param->numel(),
                     {lr, adam.beta1, adam.beta2, adam.eps, a.weight_decay ? config_.weight_decay : 0.0f,
                      stats.clip_factor, correction1, correction2});
   }
@@ -89,8 +100,8 @@ void Optimizer::muon_update(const Matrix& matrix, float lr, float grad_scale, fl
   const int64_t n = matrix.rows * matrix.cols;
   lr *= matrix.assignment->lr_multiplier;
   float* update = scratch;
-  ops_.momentum_step(first_moment() + matrix.offset, params_.grads() + matrix.offset, n, muon.momentum,
-                     muon.nesterov, grad_scale, update);
+  ops_.momentum_step(m_.as<float>() + (matrix.offset - begin_), params_.grads() + matrix.offset, n,
+                     muon.momentum, muon.nesterov, grad_scale, update);
   ops_.newton_schulz(update, matrix.rows, matrix.cols, muon.ns_steps, muon.ns_coefficients, scratch + n);
   const float decay = matrix.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;
   const float scale = muon.rms_scale * std::sqrt(float(std::max(matrix.rows, matrix.cols)));

@@ -1,9 +1,11 @@
 #pragma once
 // Muon for the hidden matrices and AdamW for the rest, over the parameter store: clipping by the global
 // gradient norm, then one update per parameter from its group's rule. Each expert's gate_up_proj[e] and
-// down_proj[e] is its own matrix for Muon.
+// down_proj[e] is its own matrix for Muon. Under data parallelism an optimizer owns one range of the
+// parameters (optim/optimizer_shards.h): it keeps state for, and updates, only the parameters in it.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/buffer.h"
@@ -45,19 +47,27 @@ struct OptimizerStepStats {
 
 class Optimizer {
  public:
-  // Throws Error naming optimizer.* fields when the rules do not fit the model.
-  Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops);
+  // Throws Error naming optimizer.* fields when the rules do not fit the model. `owned`: the float range
+  // of the parameter layout this optimizer updates (cut between parameters); the default is all of it.
+  Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
+            std::pair<int64_t, int64_t> owned = {0, -1});
 
-  // One update from the gradients accumulated in the store, at lr = config.lr * lr_factor (x multipliers).
+  // One update of the owned parameters from the gradients accumulated in the store, at lr = config.lr *
+  // lr_factor (x multipliers). grad_norm: the L2 norm of the whole model's gradient (for clipping); the
+  // one-argument form computes it from the store, which is right when this optimizer owns everything.
+  OptimizerStepStats step(double lr_factor, double grad_norm);
   OptimizerStepStats step(double lr_factor);
+  // The sum of squares of the owned parameters' gradients: its sum over ranks is the squared norm.
+  double owned_grad_sum_squares() const;
 
   const std::vector<ParamAssignment>& assignments() const { return assignments_; }
+  bool owns(const ParamInfo& param) const { return param.offset >= begin_ && param.offset < end_; }
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
-  // Optimizer state in the parameter layout: AdamW's first moment or Muon's momentum, and AdamW's second
-  // moment (zero for Muon parameters). For checkpoints.
-  float* first_moment() { return m_.as<float>(); }
-  float* second_moment() { return v_.as<float>(); }
+  // An owned parameter's state, shaped like it: AdamW's first moment or Muon's momentum, and AdamW's
+  // second moment (zero for Muon parameters). For checkpoints.
+  float* first_moment(const ParamInfo& param) { return m_.as<float>() + (param.offset - begin_); }
+  float* second_moment(const ParamInfo& param) { return v_.as<float>() + (param.offset - begin_); }
 
  private:
   struct Matrix {
@@ -70,9 +80,10 @@ class Optimizer {
   OptimizerConfig config_;
   Ops& ops_;
   std::vector<ParamAssignment> assignments_;
-  std::vector<Matrix> matrices_;  // Muon's unit of work
-  AlignedBuffer m_, v_;
-  AlignedBuffer scratch_;  // per thread: the update and Newton-Schulz's buffers
+  int64_t begin_ = 0, end_ = 0;   // the owned float range of the parameter layout
+  std::vector<Matrix> matrices_;  // Muon's unit of work, owned ones only; offsets into the parameter layout
+  AlignedBuffer m_, v_;           // [end_ - begin_] each
+  AlignedBuffer scratch_;         // per thread: the update and Newton-Schulz's buffers
   int64_t scratch_per_thread_ = 0;
   int64_t steps_ = 0;
 };

@@ -2,12 +2,12 @@
 
 #include <zlib.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,7 +25,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kLatest = "latest";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kOptimizerPrefix = "optimizer";  // optimizer-<rank>-of-<ranks>.safetensors
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kChecksumFile = "checksums.json";
 
@@ -43,7 +43,7 @@ std::string checksum_of(const std::string& path) {
   return hex;
 }
 
-json state_to_json(const TrainerState& s, int64_t optimizer_steps, int64_t balancing_steps) {
+json state_to_json(const TrainerState& s, int64_t optimizer_steps, int64_t balancing_steps, int ranks) {
   return {{"step", s.step},
           {"tokens", s.tokens},
           {"stage", s.stage},
@@ -53,7 +53,17 @@ json state_to_json(const TrainerState& s, int64_t optimizer_steps, int64_t balan
           {"optimizer_steps", optimizer_steps},
           {"balancing_steps", balancing_steps},
           {"loader", {{"stage", s.loader.stage}, {"samples", s.loader.samples}, {"drawn", s.loader.drawn}}},
+          {"ranks", ranks},
           {"zaya_version", ZAYA_VERSION}};
+}
+
+// The optimizer shards a checksum listing names.
+std::vector<std::string> optimizer_files(const json& checksums) {
+  std::vector<std::string> out;
+  for (const auto& [file, crc] : checksums.items()) {
+    if (file.starts_with(kOptimizerPrefix) && file.ends_with(".safetensors")) out.push_back(file);
+  }
+  return out;
 }
 
 int64_t step_of(const fs::path& dir) {
@@ -70,41 +80,47 @@ int64_t step_of(const fs::path& dir) {
 
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,
                                  BalancingController& balancing, const TrainerState& state,
-                                 const std::string& tokenizer_path) {
+                                 const std::string& tokenizer_path, int rank, int ranks) {
   CheckpointSnapshot snapshot;
+  snapshot.rank = rank;
+  snapshot.ranks = ranks;
   snapshot.config = config;
   snapshot.config.dtype = "float32";  // resume is exact only from the weights as they are
   snapshot.state = state;
   snapshot.optimizer_steps = optimizer.steps_taken();
   snapshot.balancing_steps = balancing.steps();
   snapshot.tokenizer_path = tokenizer_path;
-  for (const ParamInfo& param : params.table().params()) {
-    const float* values = params.value(param);
-    snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
+  if (rank == 0) {
+    for (const ParamInfo& param : params.table().params()) {
+      const float* values = params.value(param);
+      snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
+    }
   }
   snapshot.model_tensors = snapshot.tensors.size();
   for (const ParamAssignment& a : optimizer.assignments()) {
-    const float* m = optimizer.first_moment() + a.param->offset;
+    if (!optimizer.owns(*a.param)) continue;
+    const float* m = optimizer.first_moment(*a.param);
     snapshot.tensors.emplace_back("exp_avg." + a.param->name, std::vector<float>(m, m + a.param->numel()));
     if (a.optimizer == OptimizerKind::AdamW) {
-      const float* v = optimizer.second_moment() + a.param->offset;
+      const float* v = optimizer.second_moment(*a.param);
       snapshot.tensors.emplace_back("exp_avg_sq." + a.param->name,
                                     std::vector<float>(v, v + a.param->numel()));
     }
   }
-  snapshot.tensors.emplace_back("balancing.exp_avg", balancing.first_moment());
-  snapshot.tensors.emplace_back("balancing.exp_avg_sq", balancing.second_moment());
+  if (rank == 0) {
+    snapshot.tensors.emplace_back("balancing.exp_avg", balancing.first_moment());
+    snapshot.tensors.emplace_back("balancing.exp_avg_sq", balancing.second_moment());
+  }
   return snapshot;
 }
 
-void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep) {
-  const fs::path root = fs::path(run_dir) / "checkpoints";
-  fs::create_directories(root);
-  const std::string name = "step_" + std::to_string(snapshot.state.step);
-  const fs::path temp = root / ("." + name + ".tmp." + std::to_string(::getpid()));
-  fs::remove_all(temp);
-  fs::create_directories(temp);
+std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / (".step_" + std::to_string(step) + ".tmp")).string();
+}
 
+FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const std::string& dir) {
+  const fs::path temp(dir);
+  std::vector<std::string> written;
   auto views = [&](size_t begin, size_t end) {
     std::vector<std::pair<std::string, TensorView>> out;
     for (size_t i = begin; i < end; ++i) {
@@ -114,31 +130,49 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
     }
     return out;
   };
-  // The model with its real shapes, so that the directory is a Hugging Face model as it stands.
-  const ParameterTable table(model_dims(snapshot.config));
-  std::vector<std::pair<std::string, TensorView>> model = views(0, snapshot.model_tensors);
-  for (size_t i = 0; i < model.size(); ++i) model[i].second.shape = table.params()[i].shape;
-  write_weight_set(temp.string(), model, size_t(5) << 30, {{"format", "pt"}});
-  save_config(snapshot.config, (temp / "config.json").string());
-  write_generation_config(snapshot.config, (temp / "generation_config.json").string());
-  if (!snapshot.tokenizer_path.empty()) {
-    write_file_atomic((temp / "tokenizer.json").string(), read_text_file(snapshot.tokenizer_path));
+  if (snapshot.rank == 0) {
+    // The model with its real shapes, so that the directory is a Hugging Face model as it stands.
+    const ParameterTable table(model_dims(snapshot.config));
+    std::vector<std::pair<std::string, TensorView>> model = views(0, snapshot.model_tensors);
+    for (size_t i = 0; i < model.size(); ++i) model[i].second.shape = table.params()[i].shape;
+    write_weight_set(temp.string(), model, size_t(5) << 30, {{"format", "pt"}});
+    save_config(snapshot.config, (temp / "config.json").string());
+    write_generation_config(snapshot.config, (temp / "generation_config.json").string());
+    if (!snapshot.tokenizer_path.empty()) {
+      write_file_atomic((temp / "tokenizer.json").string(), read_text_file(snapshot.tokenizer_path));
+    }
+    write_file_atomic((temp / kStateFile).string(), state_to_json(snapshot.state, snapshot.optimizer_steps,
+                                                                  snapshot.balancing_steps, snapshot.ranks)
+                                                            .dump(2) +
+                                                        "\n");
+    for (const auto& entry : fs::directory_iterator(temp)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(kOptimizerPrefix)) written.push_back(name);
+    }
   }
+  char shard_name[64];
+  std::snprintf(shard_name, sizeof shard_name, "%s-%05d-of-%05d.safetensors", kOptimizerPrefix, snapshot.rank,
+                snapshot.ranks);
   SafetensorsWriter optimizer;
   for (auto& [tensor_name, view] : views(snapshot.model_tensors, snapshot.tensors.size()))
     optimizer.add(tensor_name, view);
-  optimizer.write((temp / kOptimizerFile).string());
-  write_file_atomic(
-      (temp / kStateFile).string(),
-      state_to_json(snapshot.state, snapshot.optimizer_steps, snapshot.balancing_steps).dump(2) + "\n");
+  optimizer.write((temp / shard_name).string());
+  written.push_back(shard_name);
 
-  json checksums = json::object();
-  for (const auto& entry : fs::directory_iterator(temp)) {
-    checksums[entry.path().filename().string()] = checksum_of(entry.path().string());
-  }
-  write_file_atomic((temp / kChecksumFile).string(), checksums.dump(2) + "\n");
+  FileChecksums checksums;
+  for (const std::string& name : written) checksums.emplace_back(name, checksum_of((temp / name).string()));
+  return checksums;
+}
+
+void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChecksums& checksums,
+                        const std::string& run_dir, int keep) {
+  const fs::path temp(temp_dir), root = fs::path(run_dir) / "checkpoints";
+  json listing = json::object();
+  for (const auto& [file, crc] : checksums) listing[file] = crc;
+  write_file_atomic((temp / kChecksumFile).string(), listing.dump(2) + "\n");
   sync_directory(temp.string());
 
+  const std::string name = "step_" + std::to_string(step);
   const fs::path final_dir = root / name;
   fs::remove_all(final_dir);
   fs::rename(temp, final_dir);
@@ -154,27 +188,11 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
   for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
-CheckpointWriter::CheckpointWriter(std::string run_dir, int keep)
-    : run_dir_(std::move(run_dir)), keep_(keep) {}
-
-CheckpointWriter::~CheckpointWriter() {
-  if (thread_.joinable()) thread_.join();
-}
-
-void CheckpointWriter::write_async(CheckpointSnapshot snapshot) {
-  wait();
-  thread_ = std::thread([this, snapshot = std::move(snapshot)] {
-    try {
-      write_checkpoint(snapshot, run_dir_, keep_);
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-  });
-}
-
-void CheckpointWriter::wait() {
-  if (thread_.joinable()) thread_.join();
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep) {
+  const std::string temp = checkpoint_temp_dir(run_dir, snapshot.state.step);
+  fs::remove_all(temp);
+  fs::create_directories(temp);
+  publish_checkpoint(temp, snapshot.state.step, write_checkpoint_files(snapshot, temp), run_dir, keep);
 }
 
 void verify_checkpoint(const std::string& checkpoint_dir) {
@@ -186,9 +204,10 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
   } catch (const json::exception& e) {
     throw Error(std::string("not valid JSON: ") + e.what()).file(listing);
   }
-  for (const char* required : {"config.json", kOptimizerFile, kStateFile}) {
+  for (const char* required : {"config.json", kStateFile}) {
     if (!checksums.contains(required)) throw Error(std::string("does not list ") + required).file(listing);
   }
+  if (optimizer_files(checksums).empty()) throw Error("lists no optimizer state").file(listing);
   for (const auto& [file, want] : checksums.items()) {
     const std::string path = (dir / file).string();
     if (!fs::exists(path)) throw Error("missing").file(path);
@@ -233,20 +252,26 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   out.config = load_config((dir / "config.json").string());
   load_weights(checkpoint_dir, params, out.config.tie_word_embeddings);
 
-  const SafetensorsFile file((dir / kOptimizerFile).string());
+  // The shards were written at some rank count; each tensor is looked up in all of them.
+  std::vector<std::unique_ptr<SafetensorsFile>> shards;
+  for (const std::string& name : optimizer_files(json::parse(read_text_file((dir / kChecksumFile).string()))))
+    shards.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
   auto restore = [&](const std::string& name, float* into, size_t count) {
-    const SafetensorsEntry* entry = file.find(name);
-    if (!entry || entry->dtype != DType::F32 || size_t(entry->shape.numel()) != count) {
-      throw Error("missing, or not f32 of the expected size").file(file.path()).tensor(name);
+    for (const auto& shard : shards) {
+      const SafetensorsEntry* entry = shard->find(name);
+      if (!entry) continue;
+      if (entry->dtype != DType::F32 || size_t(entry->shape.numel()) != count)
+        throw Error(cat("is not f32 of ", count, " elements")).file(shard->path()).tensor(name);
+      convert_to_f32(shard->view(*entry), into);
+      return;
     }
-    convert_to_f32(file.view(*entry), into);
+    throw Error("is in no optimizer shard").file(checkpoint_dir).tensor(name);
   };
   for (const ParamAssignment& a : optimizer.assignments()) {
-    restore("exp_avg." + a.param->name, optimizer.first_moment() + a.param->offset, size_t(a.param->numel()));
-    if (a.optimizer == OptimizerKind::AdamW) {
-      restore("exp_avg_sq." + a.param->name, optimizer.second_moment() + a.param->offset,
-              size_t(a.param->numel()));
-    }
+    if (!optimizer.owns(*a.param)) continue;
+    restore("exp_avg." + a.param->name, optimizer.first_moment(*a.param), size_t(a.param->numel()));
+    if (a.optimizer == OptimizerKind::AdamW)
+      restore("exp_avg_sq." + a.param->name, optimizer.second_moment(*a.param), size_t(a.param->numel()));
   }
   restore("balancing.exp_avg", balancing.first_moment().data(), balancing.first_moment().size());
   restore("balancing.exp_avg_sq", balancing.second_moment().data(), balancing.second_moment().size());

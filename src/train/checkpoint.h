@@ -2,16 +2,19 @@
 // Checkpoints: everything a run needs to continue exactly, under RUN/checkpoints/step_<N>/:
 //   config.json, model.safetensors, generation_config.json  the model in Hugging Face's layout (float32)
 //   tokenizer.json                                           the run's tokenizer, so export is a copy
-//   optimizer.safetensors                                    AdamW moments / Muon momentum, balancing state
+//   optimizer-<r>-of-<R>.safetensors                         each rank's shard of the optimizer state
+//                                                            (AdamW moments / Muon momentum by parameter
+//                                                            name; the balancing state in shard 0)
 //   trainer_state.json                                       step, tokens, stage, data position, counters
 //   checksums.json                                           CRC-32 of every file above
-// written into a temporary directory, fsynced, renamed into place, and only then named by
-// RUN/checkpoints/latest. A checkpoint whose checksums fail is reported and the previous one is used.
+// Every rank writes its own files into a temporary directory; once all have, rank 0 writes the checksums,
+// fsyncs, renames the directory into place, and only then names it in RUN/checkpoints/latest. A checkpoint
+// whose checksums fail is reported and the previous one is used. The optimizer state is found by name in
+// whichever shard holds it, so a checkpoint loads at any rank count.
 
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/buffer.h"
@@ -34,39 +37,34 @@ struct TrainerState {
   LoaderState loader;
 };
 
-// A copy of the run at one step, taken on the training thread so the copy can be written in the
-// background while training goes on.
+// One rank's part of the run at one step, copied on the training thread so that it can be written in the
+// background while training goes on. Rank 0's holds the model, the configuration and the trainer state.
 struct CheckpointSnapshot {
+  int rank = 0, ranks = 1;
   ZayaConfig config;
   TrainerState state;
   int64_t optimizer_steps = 0, balancing_steps = 0;
   std::string tokenizer_path;
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // model, then optimizer entries
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // model (rank 0), then optimizer shard
   size_t model_tensors = 0;                                         // the first ones are the model's
 };
 
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,
                                  BalancingController& balancing, const TrainerState& state,
-                                 const std::string& tokenizer_path);
+                                 const std::string& tokenizer_path, int rank = 0, int ranks = 1);
 
-// Writes a snapshot as RUN/checkpoints/step_<N>, moves `latest` to it and keeps the newest `keep`.
+using FileChecksums = std::vector<std::pair<std::string, std::string>>;  // file name, CRC-32 in hex
+
+// Where the ranks write step N before it is published (the same path on every rank).
+std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step);
+// Writes this rank's files into dir and returns their checksums.
+FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const std::string& dir);
+// Rank 0, once every rank's files are in temp_dir: checksums.json, fsync, rename to step_<N>, `latest`,
+// and the newest `keep` kept.
+void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChecksums& checksums,
+                        const std::string& run_dir, int keep);
+// The three above for a single process: RUN/checkpoints/step_<N>, published.
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep);
-
-// One checkpoint write at a time on a background thread; wait() before the next or at exit.
-class CheckpointWriter {
- public:
-  explicit CheckpointWriter(std::string run_dir, int keep);
-  ~CheckpointWriter();
-  void write_async(CheckpointSnapshot snapshot);
-  void wait();  // rethrows the writer's error, if any
-  bool busy() const { return thread_.joinable(); }
-
- private:
-  std::string run_dir_;
-  int keep_;
-  std::thread thread_;
-  std::exception_ptr error_;
-};
 
 // The newest intact checkpoint of a run ("" when it has none). Damaged ones are reported on stderr and
 // skipped; never deleted.
@@ -79,8 +77,8 @@ struct LoadedCheckpoint {
   TrainerState state;
 };
 
-// Reads the model (into params, which must have the checkpoint's shape), the optimizer and balancing
-// state, and the trainer state.
+// Reads the model (into params, which must have the checkpoint's shape), the state of the parameters the
+// optimizer owns, the balancing state and the trainer state.
 LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params,
                                  Optimizer& optimizer, BalancingController& balancing);
 

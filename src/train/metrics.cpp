@@ -58,10 +58,15 @@ void MetricsLog::step(const StepMetrics& m) {
                            {"clip", m.clip},
                            {"tokens_per_second", m.tokens_per_second},
                            {"mfu", m.mfu},
+                           {"step_seconds", m.step_seconds},
                            {"sequences", m.sequences},
                            {"seq_len", m.seq_len},
                            {"skipped", m.skipped}};
   if (m.aux_loss != 0) record["aux_loss"] = m.aux_loss;
+  if (m.ranks > 1) {
+    record["ranks"] = m.ranks;
+    record["communication_seconds"] = m.communication_seconds;
+  }
   nlohmann::json routing = nlohmann::json::array();
   for (const RoutingMetrics& layer : m.routing) {
     routing.push_back({{"fractions", layer.fractions},
@@ -119,8 +124,8 @@ void MetricsLog::flush() {
   if (tensorboard_) tensorboard_->flush();
 }
 
-ConsoleProgress::ConsoleProgress(double seconds_between_lines)
-    : terminal_(::isatty(STDOUT_FILENO) == 1), period_(seconds_between_lines), last_line_() {}
+ConsoleProgress::ConsoleProgress(double seconds_between_lines, bool live)
+    : terminal_(live && ::isatty(STDOUT_FILENO) == 1), period_(seconds_between_lines), last_line_() {}
 
 void ConsoleProgress::step(const StepMetrics& m) {
   char line[512];

@@ -21,7 +21,8 @@ struct StepMetrics {
   std::string stage_name;
   double loss = 0, aux_loss = 0, lr = 0, grad_norm = 0, clip = 1;
   double tokens_per_second = 0, mfu = 0, eta_seconds = 0;
-  int64_t sequences = 0, seq_len = 0;
+  double step_seconds = 0, communication_seconds = 0;  // the step, and its collectives on rank 0
+  int64_t sequences = 0, seq_len = 0, ranks = 1;
   bool skipped = false;
   std::vector<RoutingMetrics> routing;
 };
@@ -49,7 +50,9 @@ class MetricsLog {
 
 class ConsoleProgress {
  public:
-  explicit ConsoleProgress(double seconds_between_lines);
+  // live: a live line when stdout is a terminal (MPI launchers give ranks pseudo-terminals whose output
+  // is interleaved, so they pass false).
+  ConsoleProgress(double seconds_between_lines, bool live);
   void step(const StepMetrics& m);      // a live line on a terminal, a plain line every so often elsewhere
   void print(const std::string& line);  // a line of its own (evaluations, stages, samples, warnings)
   void finish();                        // ends the live line

@@ -245,6 +245,10 @@ void read_debug(TomlReader section, DebugSection& out) {
     if (step < 1 || step != double(int64_t(step))) section.fail("nan_steps", "expected step numbers from 1");
     out.nan_steps.push_back(int64_t(step));
   }
+  out.fail_rank = section.integer("fail_rank", 0);
+  out.fail_step = section.integer("fail_step", 0);
+  if (out.fail_rank < 0) section.fail("fail_rank", "must not be negative");
+  if (out.fail_step < 0) section.fail("fail_step", "must not be negative");
   section.finish();
 }
 

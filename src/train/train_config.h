@@ -17,7 +17,7 @@ namespace zaya {
 
 struct RunSection {
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores (or OMP_NUM_THREADS)
+  int threads = 0;  // 0: all cores (or OMP_NUM_THREADS), shared among the ranks on one machine
 };
 
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.
@@ -70,9 +70,11 @@ struct LogSection {
   int max_bad_steps = 5;  // non-finite steps in a row before the run stops
 };
 
-// Fault injection, for testing the guardrails: the listed steps (1-based) get a NaN weight.
+// Fault injection, for testing the guardrails: the listed steps (1-based) get a NaN weight; rank
+// fail_rank fails with an error at the start of step fail_step (0: never).
 struct DebugSection {
   std::vector<int64_t> nan_steps;
+  int64_t fail_rank = 0, fail_step = 0;
 };
 
 struct TrainConfig {

@@ -1,24 +1,45 @@
 #include "train/train_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+
+#include "dist/communicator.h"
 
 namespace zaya {
 
-TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing)
-    : model_(model), optimizer_(optimizer), balancing_(balancing) {
+TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing,
+                     Communicator& comm, OptimizerShards shards)
+    : model_(model),
+      optimizer_(optimizer),
+      balancing_(balancing),
+      comm_(comm),
+      shards_(std::move(shards)),
+      owned_grads_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float)) {
   for (const ParamInfo& param : model.params().table().params()) {
     if (param.role == ParamRole::BalancingBias) biases_.push_back(model.params().value(param));
   }
 }
 
 StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_factor) {
+  using Clock = std::chrono::steady_clock;
   StepReport report;
   report.lr_factor = lr_factor;
+  // Collectives are timed; they include waiting for the slowest rank.
+  auto collective = [&](auto&& call) {
+    const auto start = Clock::now();
+    call();
+    report.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  };
   for (const Batch& batch : micro_batches) {
     report.tokens += batch.tokens();
     for (int64_t t = 0; t < batch.tokens(); ++t) report.labelled += batch.labels[t] != kIgnoreLabel;
   }
+  int64_t totals[2] = {report.tokens, report.labelled};
+  collective([&] { comm_.all_reduce_sum(totals, 2); });
+  report.tokens = totals[0];
+  report.labelled = totals[1];
   const float loss_scale = report.labelled ? 1.0f / float(report.labelled) : 0.0f;
 
   ParameterStore& params = model_.params();
@@ -45,6 +66,30 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
       to.lse_square_sum += from.lse_square_sum;
     }
   }
+  // Everything a metric or the balancing update reads is summed over ranks, in one call per type.
+  std::vector<int64_t> route_counts;
+  std::vector<double> sums = {loss_sum, aux_sum};
+  for (const RouterLayerStats& stats : routing) {
+    route_counts.insert(route_counts.end(), stats.counts.begin(), stats.counts.end());
+    sums.insert(sums.end(), stats.prob_sums.begin(), stats.prob_sums.end());
+    sums.push_back(stats.entropy_sum);
+    sums.push_back(stats.lse_square_sum);
+  }
+  collective([&] {
+    comm_.all_reduce_sum(route_counts.data(), int64_t(route_counts.size()));
+    comm_.all_reduce_sum(sums.data(), int64_t(sums.size()));
+  });
+  loss_sum = sums[0];
+  aux_sum = sums[1];
+  for (size_t l = 0, c = 0, d = 2; l < routing.size(); ++l) {
+    RouterLayerStats& stats = routing[l];
+    for (int64_t e = 0; e < routes; ++e) {
+      stats.counts[size_t(e)] = route_counts[c++];
+      stats.prob_sums[size_t(e)] = sums[d++];
+    }
+    stats.entropy_sum = sums[d++];
+    stats.lse_square_sum = sums[d++];
+  }
   report.loss = report.labelled ? loss_sum / double(report.labelled) : 0.0;
   report.aux_loss = report.tokens ? aux_sum / double(report.tokens) : 0.0;
   report.routing = routing_metrics(routing, report.tokens);
@@ -53,11 +98,21 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.skipped = true;
     return report;
   }
-  report.optimizer = optimizer_.step(lr_factor);
+  // The summed gradient of each rank's shard lands on it; the squared norm is summed over shards.
+  const int rank = comm_.rank();
+  float* owned = params.grads() + shards_.begin(rank);
+  if (comm_.size() > 1) {
+    collective([&] { comm_.reduce_scatter_sum(params.grads(), owned_grads_.as<float>(), shards_.counts()); });
+    std::memcpy(owned, owned_grads_.as<float>(), owned_grads_.size());
+  }
+  double grad_sum_squares = optimizer_.owned_grad_sum_squares();
+  collective([&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
+  report.optimizer = optimizer_.step(lr_factor, std::sqrt(grad_sum_squares));
   if (!report.optimizer.finite) {
     report.skipped = true;
     return report;
   }
+  collective([&] { comm_.all_gather(params.values(), shards_.counts()); });
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   balancing_.update(counts, biases_);

@@ -1,15 +1,23 @@
 #pragma once
 // One optimizer step over a global batch: every micro-batch's forward and backward accumulated into the
 // gradients, then the Muon/AdamW update and the balancing-bias update, with the metrics of the step.
+// Data parallel: each rank runs its own micro-batches of the global batch; the gradients are summed over
+// ranks onto the rank that owns each parameter's optimizer state (a reduce-scatter), each owner updates
+// its parameters, and the new values are all-gathered. Loss, token counts and routing counts are summed
+// over ranks first, so the step is the one-process step of the whole global batch.
 
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "model/zaya_model.h"
 #include "optim/balancing.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_shards.h"
 
 namespace zaya {
+
+class Communicator;
 
 struct RoutingMetrics {
   std::vector<double> fractions;  // [routes] share of the batch's tokens per route (skip last)
@@ -19,9 +27,10 @@ struct RoutingMetrics {
 };
 
 struct StepReport {
-  double loss = 0;      // mean cross-entropy over the labelled positions of the global batch
-  double aux_loss = 0;  // auxiliary router losses per token (0 when off)
-  int64_t tokens = 0, labelled = 0;
+  double loss = 0;                   // mean cross-entropy over the labelled positions of the global batch
+  double aux_loss = 0;               // auxiliary router losses per token (0 when off)
+  int64_t tokens = 0, labelled = 0;  // of the global batch
+  double communication_seconds = 0;  // in collectives (including waiting for the slowest rank)
   double lr_factor = 0;
   OptimizerStepStats optimizer;
   bool skipped = false;                 // a non-finite loss or gradient: no update was made
@@ -30,16 +39,22 @@ struct StepReport {
 
 class TrainStep {
  public:
-  TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing);
+  // shards: the optimizer ranges of comm's ranks; `optimizer` owns this rank's.
+  TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing, Communicator& comm,
+            OptimizerShards shards);
 
-  // The loss of each micro-batch is scaled by 1 / (labelled positions of all micro-batches), so that K
-  // micro-batches give the gradient of one batch K times larger.
+  // micro_batches: this rank's part of the global batch. The loss of each micro-batch is scaled by
+  // 1 / (labelled positions of the global batch), so that K micro-batches over R ranks give the gradient
+  // of one batch K x R times larger.
   StepReport run(const std::vector<Batch>& micro_batches, double lr_factor);
 
  private:
   ZayaModel& model_;
   Optimizer& optimizer_;
   BalancingController& balancing_;
+  Communicator& comm_;
+  OptimizerShards shards_;
+  AlignedBuffer owned_grads_;   // [this rank's shard] the reduce-scatter's destination
   std::vector<float*> biases_;  // each layer's balancing_biases
 };
 

@@ -17,11 +17,14 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "infer/generator.h"
 #include "io/atomic_file.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
+#include "optim/optimizer_shards.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_writer.h"
 #include "train/metrics.h"
 
 namespace zaya {
@@ -82,15 +85,18 @@ StepPlan plan_step(const TrainConfig& config, const BatchRamp& ramp, int64_t sta
   return {stage, 0};
 }
 
-// Builds the next global batch on a background thread while the current step trains.
+// Builds this rank's part of the next global batch on a background thread while the current step trains:
+// of the batch's micro-batches, rank r takes the r-th share of an even split.
 class BatchPrefetcher {
  public:
   struct Batch {
-    std::vector<int32_t> windows;  // [sequences, seq_len + 1]
-    int64_t sequences = 0, seq_len = 0;
+    std::vector<int32_t> windows;        // [mine, seq_len + 1]: this rank's sequences
+    int64_t sequences = 0, seq_len = 0;  // sequences: of the global batch
+    int64_t mine = 0;
     LoaderState after;  // the loader's position once this batch is drawn
   };
-  explicit BatchPrefetcher(DataLoader& loader) : loader_(loader) {}
+  BatchPrefetcher(DataLoader& loader, int64_t micro_batch, int rank, int ranks)
+      : loader_(loader), micro_batch_(micro_batch), rank_(rank), ranks_(ranks) {}
   ~BatchPrefetcher() {
     if (pending_.valid()) pending_.wait();
   }
@@ -100,8 +106,12 @@ class BatchPrefetcher {
       Batch batch;
       batch.sequences = sequences;
       batch.seq_len = loader_.seq_len();
-      batch.windows.resize(size_t(sequences * (batch.seq_len + 1)));
-      loader_.next(sequences, 0, sequences, batch.windows.data());
+      const std::vector<int64_t> shares = even_counts(sequences / micro_batch_, ranks_);
+      int64_t first = 0;
+      for (int r = 0; r < rank_; ++r) first += shares[size_t(r)] * micro_batch_;
+      batch.mine = shares[size_t(rank_)] * micro_batch_;
+      batch.windows.resize(size_t(batch.mine * (batch.seq_len + 1)));
+      loader_.next(sequences, first, batch.mine, batch.windows.data());
       batch.after = loader_.state();
       return batch;
     });
@@ -110,14 +120,17 @@ class BatchPrefetcher {
 
  private:
   DataLoader& loader_;
+  int64_t micro_batch_;
+  int rank_, ranks_;
   std::future<Batch> pending_;
 };
 
 // Held-out loss on the same windows every time (per sequence length), with perplexity and bits per byte.
+// The windows are shared out over the ranks and the sums added up.
 class Evaluator {
  public:
-  Evaluator(const TrainConfig& config, int64_t vocab, const Tokenizer& tokenizer)
-      : config_(config), tokenizer_(tokenizer) {
+  Evaluator(const TrainConfig& config, int64_t vocab, const Tokenizer& tokenizer, Communicator& comm)
+      : config_(config), tokenizer_(tokenizer), comm_(comm) {
     std::vector<StageData> stages;
     for (const StageConfig& stage : config.stages)
       stages.push_back({stage.seq_len, {{config.data.validation, 1.0}}});
@@ -129,13 +142,17 @@ class Evaluator {
     loader_->start_stage(stage);
     const int64_t seq = loader_->seq_len(), micro = config_.eval.micro_batch;
     const int64_t windows = std::max<int64_t>(1, (config_.eval.tokens + seq - 1) / seq);
-    std::vector<int32_t> data(size_t(windows * (seq + 1))), ids, labels;
-    loader_->next(windows, 0, windows, data.data());
+    const std::vector<int64_t> shares = even_counts(windows, comm_.size());
+    const int64_t mine = shares[size_t(comm_.rank())];
+    int64_t first_mine = 0;
+    for (int r = 0; r < comm_.rank(); ++r) first_mine += shares[size_t(r)];
+    std::vector<int32_t> data(size_t(mine * (seq + 1))), ids, labels;
+    loader_->next(windows, first_mine, mine, data.data());
     double loss = 0;
-    int64_t labelled = 0;
+    int64_t labelled = 0, bytes = 0;
     const bool count_bytes = bytes_[size_t(stage)] == 0;
-    for (int64_t first = 0; first < windows; first += micro) {
-      const int64_t n = std::min(micro, windows - first);
+    for (int64_t first = 0; first < mine; first += micro) {
+      const int64_t n = std::min(micro, mine - first);
       ids.clear();
       labels.clear();
       for (int64_t w = first; w < first + n; ++w) {
@@ -143,13 +160,17 @@ class Evaluator {
         ids.insert(ids.end(), window, window + seq);
         labels.insert(labels.end(), window + 1, window + seq + 1);
         if (count_bytes)
-          bytes_[size_t(stage)] +=
-              int64_t(tokenizer_.decode(std::vector<int32_t>(window + 1, window + seq + 1)).size());
+          bytes += int64_t(tokenizer_.decode(std::vector<int32_t>(window + 1, window + seq + 1)).size());
       }
       const ForwardResult result = model.forward({ids.data(), labels.data(), nullptr, n, seq});
       loss += result.loss_sum;
       labelled += result.labelled;
     }
+    int64_t counts[2] = {labelled, bytes};
+    comm_.all_reduce_sum(counts, 2);
+    comm_.all_reduce_sum(&loss, 1);
+    labelled = counts[0];
+    if (count_bytes) bytes_[size_t(stage)] = counts[1];
     EvalMetrics m;
     m.eval_tokens = labelled;
     m.loss = loss / double(labelled);
@@ -161,6 +182,7 @@ class Evaluator {
  private:
   const TrainConfig& config_;
   const Tokenizer& tokenizer_;
+  Communicator& comm_;
   std::unique_ptr<DataLoader> loader_;
   std::vector<int64_t> bytes_;  // per stage: the UTF-8 bytes the evaluated targets decode to
 };
@@ -193,23 +215,35 @@ std::string one_line(std::string text) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
-                         const std::atomic<bool>& stop) {
-  set_num_threads(config.run.threads);
+TrainResult run_training(const TrainConfig& config, const std::string& run_dir, const std::atomic<bool>& stop,
+                         Communicator& comm) {
+  const int rank = comm.rank(), ranks = comm.size();
+  const bool leader = rank == 0;
+  if (config.run.threads > 0) {
+    set_num_threads(config.run.threads);
+  } else if (comm.local_size() > 1) {
+    set_num_threads(std::max(1, num_threads() / comm.local_size()));
+  }
   fs::create_directories(run_dir);
-  const RunLock lock(run_dir);
-  const std::string recorded_config = (fs::path(run_dir) / "config.toml").string();
-  if (!fs::exists(recorded_config)) write_file_atomic(recorded_config, read_text_file(config.source));
+  std::unique_ptr<RunLock> lock;
+  if (leader) {
+    lock = std::make_unique<RunLock>(run_dir);
+    const std::string recorded_config = (fs::path(run_dir) / "config.toml").string();
+    if (!fs::exists(recorded_config)) write_file_atomic(recorded_config, read_text_file(config.source));
+  }
 
   Ops& ops = cpu_ops();
   const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
-  const std::string resume = find_checkpoint(run_dir);
+  // Rank 0 chooses the checkpoint (and alone reports damaged ones); every rank reads it.
+  const std::string resume = comm.all_gather_strings(leader ? find_checkpoint(run_dir) : "")[0];
   ZayaConfig model_config = resume.empty()
                                 ? resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
                                                        tokenizer.bos_id(), tokenizer.eos_id())
                                 : load_config((fs::path(resume) / "config.json").string());
   ParameterStore params(model_dims(model_config));
-  Optimizer optimizer(params, config.optimizer, ops);
+  const OptimizerShards shards = plan_optimizer_shards(
+      assign_param_groups(params.table(), config.optimizer.groups), params.table().total_floats(), ranks);
+  Optimizer optimizer(params, config.optimizer, ops, {shards.begin(rank), shards.end(rank)});
   BalancingController balancing(config.balancing, params.dims().layers, params.dims().experts);
   TrainerState state;
   if (!resume.empty()) {
@@ -229,7 +263,9 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
 
   ZayaModel model(params, ops);
   model.set_router_aux_loss(config.aux_loss);
-  TrainStep train_step(model, optimizer, balancing);
+  TrainStep train_step(model, optimizer, balancing, comm, shards);
+  // The global batch does not depend on the rank count: its micro-batches are shared out over the ranks,
+  // as evenly as they go, so that a run sees the same data on any number of ranks.
   const BatchRamp ramp(config.batch, 1);
   std::vector<StageData> stage_data;
   for (const StageConfig& stage : config.stages) stage_data.push_back({stage.seq_len, stage.mixture});
@@ -237,35 +273,38 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
   if (!resume.empty()) loader.restore(state.loader);
   std::unique_ptr<Evaluator> evaluator;
   if (!config.data.validation.empty())
-    evaluator = std::make_unique<Evaluator>(config, params.dims().vocab, tokenizer);
+    evaluator = std::make_unique<Evaluator>(config, params.dims().vocab, tokenizer, comm);
 
-  MetricsLog log(run_dir, config.log.tensorboard);
-  ConsoleProgress console(config.log.console_seconds);
+  std::unique_ptr<MetricsLog> log;
+  if (leader) log = std::make_unique<MetricsLog>(run_dir, config.log.tensorboard);
+  ConsoleProgress console(config.log.console_seconds, ranks == 1);
+  auto say = [&](const std::string& line) {
+    if (leader) console.print(line);
+  };
   TrainResult result;
   const int64_t total = config.total_tokens(), stages = int64_t(config.stages.size());
   StepPlan plan = plan_step(config, ramp, state.stage, state.stage_tokens, state.tokens);
   if (plan.stage >= stages) {
-    console.print(cat("the run in ", run_dir, " finished at step ", state.step, " (", state.tokens,
-                      " tokens); nothing to do"));
+    say(cat("the run in ", run_dir, " finished at step ", state.step, " (", state.tokens,
+            " tokens); nothing to do"));
     result = {TrainOutcome::AlreadyFinished, state.step, state.tokens, resume, 0, 0};
     return result;
   }
 
   const ModelStats stats =
       model_stats(params.table(), params.dims(), config.stages[size_t(plan.stage)].seq_len);
-  console.print(cat(resume.empty() ? "starting " : "resuming ", run_dir,
-                    resume.empty() ? "" : " from " + resume, ": ", params.dims().layers, " layers, hidden ",
-                    params.dims().hidden, ", ", params.dims().experts, " experts; ", stats.total,
-                    " parameters (", stats.active_non_embedding, " active non-embedding); ", stages,
-                    " stage(s), ", total, " tokens"));
+  say(cat(resume.empty() ? "starting " : "resuming ", run_dir, resume.empty() ? "" : " from " + resume, ": ",
+          params.dims().layers, " layers, hidden ", params.dims().hidden, ", ", params.dims().experts,
+          " experts; ", stats.total, " parameters (", stats.active_non_embedding, " active non-embedding); ",
+          stages, " stage(s), ", total, " tokens",
+          ranks > 1 ? cat("; ", ranks, " data-parallel ranks, ", num_threads(), " threads each") : ""));
   const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
-  CheckpointWriter checkpoints(run_dir, config.checkpoint.keep);
+  CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
   auto save = [&](bool wait) {
-    checkpoints.write_async(
-        take_snapshot(model_config, params, optimizer, balancing, state, config.data.tokenizer));
-    last_checkpoint = (fs::path(run_dir) / "checkpoints" / ("step_" + std::to_string(state.step))).string();
-    if (wait) checkpoints.wait();
+    last_checkpoint = checkpoints.start(
+        take_snapshot(model_config, params, optimizer, balancing, state, config.data.tokenizer, rank, ranks));
+    if (wait) checkpoints.finish();
   };
   auto enter_stage = [&](int64_t stage) {
     const StageConfig& s = config.stages[size_t(stage)];
@@ -279,25 +318,25 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
     EvalMetrics m = evaluator->run(model, std::min(state.stage, stages - 1));
     m.step = state.step;
     m.tokens = state.tokens;
-    log.eval(m);
+    if (log) log->eval(m);
     result.eval_loss = m.loss;
     result.eval_bits_per_byte = m.bits_per_byte;
-    console.print(cat("eval at step ", m.step, ": loss ", m.loss, ", perplexity ", m.perplexity,
-                      ", bits per byte ", m.bits_per_byte, " (", m.eval_tokens, " tokens)"));
+    say(cat("eval at step ", m.step, ": loss ", m.loss, ", perplexity ", m.perplexity, ", bits per byte ",
+            m.bits_per_byte, " (", m.eval_tokens, " tokens)"));
   };
   auto sample = [&] {
-    if (config.sample.max_new_tokens == 0) return;
+    if (config.sample.max_new_tokens == 0 || !leader) return;
     SamplingOptions options{config.sample.max_new_tokens, config.sample.temperature, config.sample.top_p,
                             config.run.seed + uint64_t(state.step), tokenizer.eos_id()};
     const std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
     const std::string text = tokenizer.decode(generate(model, prompt, options), true);
-    log.event("sample", state.step,
-              nlohmann::json({{"prompt", config.sample.prompt}, {"text", text}}).dump());
-    console.print(cat("sample at step ", state.step, ": ", one_line(config.sample.prompt + text)));
+    log->event("sample", state.step,
+               nlohmann::json({{"prompt", config.sample.prompt}, {"text", text}}).dump());
+    say(cat("sample at step ", state.step, ": ", one_line(config.sample.prompt + text)));
   };
 
   enter_stage(plan.stage);
-  BatchPrefetcher prefetch(loader);
+  BatchPrefetcher prefetch(loader, config.batch.micro_batch, rank, ranks);
   prefetch.request(plan.stage, plan.sequences);
   auto last_save = Clock::now();
   double smoothed_rate = 0;
@@ -308,10 +347,12 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
     const StepPlan next =
         plan_step(config, ramp, plan.stage, state.stage_tokens + step_tokens, state.tokens + step_tokens);
     if (next.stage < stages) prefetch.request(next.stage, next.sequences);
+    if (config.debug.fail_step == state.step + 1 && config.debug.fail_rank == rank)
+      throw Error(cat("injected failure at step ", state.step + 1)).field("debug.fail_step");
 
     std::vector<std::vector<int32_t>> ids, labels;
     std::vector<Batch> micro_batches;
-    for (int64_t first = 0; first < batch.sequences; first += config.batch.micro_batch) {
+    for (int64_t first = 0; first < batch.mine; first += config.batch.micro_batch) {
       ids.emplace_back();
       labels.emplace_back();
       for (int64_t w = first; w < first + config.batch.micro_batch; ++w) {
@@ -359,24 +400,27 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
     m.grad_norm = report.optimizer.grad_norm;
     m.clip = report.optimizer.clip_factor;
     m.tokens_per_second = rate;
-    m.mfu = model_stats(params.table(), params.dims(), seq).training_flops_per_token * rate / gemm_flops;
+    m.mfu = model_stats(params.table(), params.dims(), seq).training_flops_per_token * rate /
+            (gemm_flops * ranks);
     m.eta_seconds = double(total - state.tokens) / smoothed_rate;
+    m.step_seconds = seconds;
+    m.communication_seconds = report.communication_seconds;
     m.sequences = batch.sequences;
     m.seq_len = seq;
+    m.ranks = ranks;
     m.skipped = report.skipped;
     m.routing = report.routing;
-    console.step(m);
-    if (state.step % config.log.every_steps == 0 || report.skipped) log.step(m);
+    if (leader) console.step(m);
+    if (log && (state.step % config.log.every_steps == 0 || report.skipped)) log->step(m);
     if (report.skipped) {
-      log.event("skipped_step", state.step, cat("{\"bad_steps_in_a_row\": ", state.bad_steps, "}"));
-      console.print(cat("step ", state.step, ": non-finite loss or gradient; the update was skipped (",
-                        state.bad_steps, " in a row)"));
+      if (log) log->event("skipped_step", state.step, cat("{\"bad_steps_in_a_row\": ", state.bad_steps, "}"));
+      say(cat("step ", state.step, ": non-finite loss or gradient; the update was skipped (", state.bad_steps,
+              " in a row)"));
       if (state.bad_steps >= config.log.max_bad_steps) {
-        checkpoints.wait();
-        console.print(cat("stopping: ", state.bad_steps,
-                          " non-finite steps in a row; the last good checkpoint is ",
-                          last_checkpoint.empty() ? std::string("(none yet)") : last_checkpoint));
-        log.flush();
+        checkpoints.finish();
+        say(cat("stopping: ", state.bad_steps, " non-finite steps in a row; the last good checkpoint is ",
+                last_checkpoint.empty() ? std::string("(none yet)") : last_checkpoint));
+        if (log) log->flush();
         return {TrainOutcome::Diverged, state.step,       state.tokens,
                 last_checkpoint,        result.eval_loss, result.eval_bits_per_byte};
       }
@@ -385,9 +429,10 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
     if (next.stage != plan.stage) {
       state.stage = next.stage;
       state.stage_tokens = 0;
-      log.event("stage", state.step, nlohmann::json({{"from", stage.name}, {"tokens", state.tokens}}).dump());
-      console.print(
-          cat("stage ", stage.name, " done at ", state.tokens, " tokens",
+      if (log)
+        log->event("stage", state.step,
+                   nlohmann::json({{"from", stage.name}, {"tokens", state.tokens}}).dump());
+      say(cat("stage ", stage.name, " done at ", state.tokens, " tokens",
               next.stage < stages ? "; now " + config.stages[size_t(next.stage)].name : std::string()));
       if (next.stage < stages) enter_stage(next.stage);
     }
@@ -396,32 +441,38 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
     if (done) break;
     if (config.eval.every_steps && state.step % config.eval.every_steps == 0) evaluate();
     if (config.sample.every_steps && state.step % config.sample.every_steps == 0) sample();
+    checkpoints.poll();
+    // Clocks and signals differ between ranks: a checkpoint by time or a stop happens when any rank asks.
+    int64_t requests[2] = {config.checkpoint.every_minutes > 0 &&
+                               std::chrono::duration<double>(Clock::now() - last_save).count() >=
+                                   60 * config.checkpoint.every_minutes,
+                           stop.load()};
+    comm.all_reduce_max(requests, 2);
     const bool by_steps = config.checkpoint.every_steps && state.step % config.checkpoint.every_steps == 0;
-    const bool by_time = config.checkpoint.every_minutes > 0 &&
-                         std::chrono::duration<double>(Clock::now() - last_save).count() >=
-                             60 * config.checkpoint.every_minutes;
-    if (by_steps || by_time) {
+    if (by_steps || requests[0]) {
       save(false);
       last_save = Clock::now();
     }
-    if (stop.load()) {
+    if (requests[1]) {
       save(true);
-      console.print(cat("stopped at step ", state.step, "; checkpoint ", last_checkpoint));
-      log.flush();
+      say(cat("stopped at step ", state.step, "; checkpoint ", last_checkpoint));
+      if (log) log->flush();
       return {TrainOutcome::Interrupted, state.step,       state.tokens,
               last_checkpoint,           result.eval_loss, result.eval_bits_per_byte};
     }
-    log.flush();
+    if (log) log->flush();
   }
 
   evaluate();
   sample();
   save(true);
-  log.event("finished", state.step,
-            cat("{\"tokens\": ", state.tokens, ", \"seconds\": ", state.seconds, "}"));
-  log.flush();
-  console.print(cat("finished at step ", state.step, ", ", state.tokens, " tokens in ",
-                    format_duration(state.seconds), "; checkpoint ", last_checkpoint));
+  if (log) {
+    log->event("finished", state.step,
+               cat("{\"tokens\": ", state.tokens, ", \"seconds\": ", state.seconds, "}"));
+    log->flush();
+  }
+  say(cat("finished at step ", state.step, ", ", state.tokens, " tokens in ", format_duration(state.seconds),
+          "; checkpoint ", last_checkpoint));
   result.outcome = TrainOutcome::Finished;
   result.step = state.step;
   result.tokens = state.tokens;

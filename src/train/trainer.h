@@ -3,7 +3,8 @@
 // intact checkpoint of the run directory), then trains stage by stage on the batch ramp and schedule,
 // evaluating, sampling, logging and checkpointing as configured, until every stage's token budget is
 // spent, a stop is requested (SIGINT/SIGTERM: the step finishes and a checkpoint is written), or too
-// many non-finite steps in a row.
+// many non-finite steps in a row. Data parallel over the ranks of `comm`: every rank calls it alike; rank 0
+// alone prints, writes metrics and holds the run-directory lock.
 
 #include <atomic>
 #include <string>
@@ -11,6 +12,8 @@
 #include "train/train_config.h"
 
 namespace zaya {
+
+class Communicator;
 
 enum class TrainOutcome { Finished, AlreadyFinished, Interrupted, Diverged };
 
@@ -21,8 +24,8 @@ struct TrainResult {
   double eval_loss = 0, eval_bits_per_byte = 0;  // the last evaluation (0 without a validation set)
 };
 
-TrainResult run_training(const TrainConfig& config, const std::string& run_dir,
-                         const std::atomic<bool>& stop);
+TrainResult run_training(const TrainConfig& config, const std::string& run_dir, const std::atomic<bool>& stop,
+                         Communicator& comm);
 
 // The model configuration a run trains: from the [model] section, with the vocabulary and special tokens
 // of the tokenizer and room for the longest stage.

@@ -5,14 +5,18 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
 #include "model/model_io.h"
 #include "optim/balancing.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_shards.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_writer.h"
 #include "unit/test_util.h"
 
 namespace zaya {
@@ -28,9 +32,11 @@ struct RunState {
   explicit RunState(uint64_t seed) {
     init_parameters(params, 0.02, seed);
     const RandomStream rng(seed, RngPurpose::Test, 1);
-    for (int64_t i = 0; i < params.table().total_floats(); ++i) {
-      optimizer.first_moment()[i] = rng.normal(uint64_t(i));
-      optimizer.second_moment()[i] = rng.uniform(uint64_t(i));
+    for (const ParamInfo& param : params.table().params()) {
+      for (int64_t i = 0; i < param.numel(); ++i) {
+        optimizer.first_moment(param)[i] = rng.normal(uint64_t(param.offset + i));
+        optimizer.second_moment(param)[i] = rng.uniform(uint64_t(param.offset + i));
+      }
     }
     for (size_t i = 0; i < balancing.first_moment().size(); ++i)
       balancing.first_moment()[i] = float(i) * 0.5f;
@@ -66,12 +72,12 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   const size_t bytes = size_t(saved.params.table().total_floats()) * 4;
   EXPECT_EQ(std::memcmp(loaded.params.values(), saved.params.values(), bytes), 0);
   for (const ParamAssignment& a : saved.optimizer.assignments()) {
-    EXPECT_EQ(std::memcmp(loaded.optimizer.first_moment() + a.param->offset,
-                          saved.optimizer.first_moment() + a.param->offset, size_t(a.param->numel()) * 4),
+    EXPECT_EQ(std::memcmp(loaded.optimizer.first_moment(*a.param), saved.optimizer.first_moment(*a.param),
+                          size_t(a.param->numel()) * 4),
               0);
     if (a.optimizer == OptimizerKind::AdamW) {
-      EXPECT_EQ(std::memcmp(loaded.optimizer.second_moment() + a.param->offset,
-                            saved.optimizer.second_moment() + a.param->offset, size_t(a.param->numel()) * 4),
+      EXPECT_EQ(std::memcmp(loaded.optimizer.second_moment(*a.param), saved.optimizer.second_moment(*a.param),
+                            size_t(a.param->numel()) * 4),
                 0);
     }
   }
@@ -116,13 +122,73 @@ TEST(Checkpoint, FallsBackPastDamageAndKeepsTheNewest) {
   EXPECT_EQ(find_checkpoint(empty.path()), "");
 }
 
-TEST(Checkpoint, BackgroundWriterReportsErrors) {
+TEST(Checkpoint, BackgroundWriterPublishesOnceDoneAndReportsErrors) {
   test::TempDir dir;
   RunState run(1);
+  const std::unique_ptr<Communicator> comm = make_single_process_communicator();
+  CheckpointWriter writer(dir.path(), 2, *comm);
+  const std::string published =
+      writer.start(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(7), ""));
+  EXPECT_EQ(fs::path(published).filename(), "step_7");
+  writer.finish();
+  EXPECT_EQ(find_checkpoint(dir.path()), published);
+
   test::write_bytes(dir.file("file"), "x");
-  CheckpointWriter writer(dir.file("file"), 2);  // the run directory is a file: creating checkpoints/ fails
-  writer.write_async(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(1), ""));
-  EXPECT_ANY_THROW(writer.wait());
+  CheckpointWriter failing(dir.file("file"), 2, *comm);  // the run directory is a file: nothing can be made
+  failing.start(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(1), ""));
+  EXPECT_THROW(failing.finish(), Error);
+}
+
+// ZeRO-1 checkpoints: shards written by two ranks load into one optimizer that owns everything, and into
+// any shard of another rank count.
+TEST(Checkpoint, ShardsWrittenAtTwoRanksLoadAtAnyRankCount) {
+  test::TempDir dir;
+  RunState saved(1);
+  const int64_t floats = saved.params.table().total_floats();
+  const std::string temp = checkpoint_temp_dir(dir.path(), 20);
+  fs::create_directories(temp);
+  FileChecksums files;
+  const OptimizerShards two = plan_optimizer_shards(saved.optimizer.assignments(), floats, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    Optimizer shard(saved.params, {}, cpu_ops(), {two.begin(rank), two.end(rank)});
+    shard.set_steps_taken(saved.optimizer.steps_taken());
+    for (const ParamAssignment& a : shard.assignments()) {
+      if (!shard.owns(*a.param)) continue;
+      const size_t bytes = size_t(a.param->numel()) * 4;
+      std::memcpy(shard.first_moment(*a.param), saved.optimizer.first_moment(*a.param), bytes);
+      std::memcpy(shard.second_moment(*a.param), saved.optimizer.second_moment(*a.param), bytes);
+    }
+    const FileChecksums mine = write_checkpoint_files(
+        take_snapshot(saved.config, saved.params, shard, saved.balancing, saved.state(20), "", rank, 2),
+        temp);
+    files.insert(files.end(), mine.begin(), mine.end());
+  }
+  publish_checkpoint(temp, 20, files, dir.path(), 2);
+  const std::string found = find_checkpoint(dir.path());
+  ASSERT_EQ(fs::path(found).filename(), "step_20");
+  EXPECT_TRUE(fs::exists(found + "/optimizer-00001-of-00002.safetensors"));
+
+  RunState whole(2);
+  load_checkpoint(found, whole.params, whole.optimizer, whole.balancing);
+  const OptimizerShards three = plan_optimizer_shards(saved.optimizer.assignments(), floats, 3);
+  RunState other(3);
+  Optimizer third(other.params, {}, cpu_ops(), {three.begin(1), three.end(1)});
+  load_checkpoint(found, other.params, third, other.balancing);
+  for (const ParamAssignment& a : saved.optimizer.assignments()) {
+    const size_t bytes = size_t(a.param->numel()) * 4;
+    EXPECT_EQ(
+        std::memcmp(whole.optimizer.first_moment(*a.param), saved.optimizer.first_moment(*a.param), bytes),
+        0);
+    if (third.owns(*a.param)) {
+      EXPECT_EQ(std::memcmp(third.first_moment(*a.param), saved.optimizer.first_moment(*a.param), bytes), 0);
+      if (a.optimizer == OptimizerKind::AdamW) {
+        EXPECT_EQ(std::memcmp(third.second_moment(*a.param), saved.optimizer.second_moment(*a.param), bytes),
+                  0);
+      }
+    }
+  }
+  EXPECT_EQ(whole.balancing.first_moment(), saved.balancing.first_moment());
+  EXPECT_EQ(other.balancing.first_moment(), saved.balancing.first_moment());
 }
 
 }  // namespace

@@ -6,13 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
 #include "model/model_io.h"
 #include "optim/balancing.h"
 #include "optim/batch_ramp.h"
+#include "optim/optimizer_shards.h"
 #include "optim/param_groups.h"
 #include "optim/schedule.h"
 #include "train/train_step.h"
@@ -318,7 +321,12 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
   ZayaModel split_model(split, cpu_ops()), whole_model(whole, cpu_ops());
   Optimizer split_opt(split, {}, cpu_ops()), whole_opt(whole, {}, cpu_ops());
   BalancingController split_bal({}, 2, 4), whole_bal({}, 2, 4);
-  TrainStep split_step(split_model, split_opt, split_bal), whole_step(whole_model, whole_opt, whole_bal);
+  const std::unique_ptr<Communicator> comm = make_single_process_communicator();
+  const int64_t floats = split.table().total_floats();
+  TrainStep split_step(split_model, split_opt, split_bal, *comm,
+                       plan_optimizer_shards(split_opt.assignments(), floats, 1));
+  TrainStep whole_step(whole_model, whole_opt, whole_bal, *comm,
+                       plan_optimizer_shards(whole_opt.assignments(), floats, 1));
 
   std::vector<Batch> parts;
   for (int64_t k = 0; k < sequences / micro; ++k) {
@@ -335,6 +343,63 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
     norm += std::pow(double(whole.values()[i]), 2);
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+}
+
+}  // namespace
+}  // namespace zaya
+
+namespace zaya {
+namespace {
+
+// ZeRO-1: optimizers that each own one shard, given the same gradients and the whole gradient's norm, make
+// together exactly the update of one optimizer that owns everything, step after step.
+TEST(OptimizerShards, ShardedUpdatesEqualTheWholeUpdate) {
+  const ModelDims dims = model_dims(preset_config("tiny"));
+  ParameterStore whole(dims);
+  init_parameters(whole, 0.02, 5);
+  const int64_t floats = whole.table().total_floats();
+  const RandomStream rng(5, RngPurpose::Test, 3);
+  for (int64_t i = 0; i < floats; ++i) whole.grads()[i] = 0.01f * rng.normal(uint64_t(i));
+  OptimizerConfig config;
+  config.grad_clip = 0.5f;  // clipping on, so that the norm matters
+  Optimizer all(whole, config, cpu_ops());
+
+  const int ranks = 3;
+  const OptimizerShards shards = plan_optimizer_shards(all.assignments(), floats, ranks);
+  ASSERT_EQ(shards.ranks(), ranks);
+  EXPECT_EQ(shards.begin(0), 0);
+  EXPECT_EQ(shards.end(ranks - 1), floats);
+  std::vector<std::unique_ptr<ParameterStore>> parts;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  double shard_sum_squares = 0;
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_LT(shards.begin(r), shards.end(r)) << "rank " << r << " owns nothing";
+    const bool at_parameter =
+        std::any_of(all.assignments().begin(), all.assignments().end(),
+                    [&](const ParamAssignment& a) { return a.param->offset == shards.begin(r); });
+    EXPECT_TRUE(at_parameter) << "rank " << r << " starts inside a parameter";
+    parts.push_back(std::make_unique<ParameterStore>(dims));
+    std::memcpy(parts.back()->values(), whole.values(), size_t(floats) * 4);
+    std::memcpy(parts.back()->grads(), whole.grads(), size_t(floats) * 4);
+    optimizers.push_back(std::make_unique<Optimizer>(*parts.back(), config, cpu_ops(),
+                                                     std::pair{shards.begin(r), shards.end(r)}));
+    shard_sum_squares += optimizers.back()->owned_grad_sum_squares();
+  }
+  const double whole_sum_squares = all.owned_grad_sum_squares();
+  EXPECT_NEAR(shard_sum_squares, whole_sum_squares, 1e-12 * whole_sum_squares);
+
+  const double norm = std::sqrt(whole_sum_squares);
+  for (int step = 0; step < 3; ++step) {
+    all.step(1.0, norm);
+    for (int r = 0; r < ranks; ++r) optimizers[size_t(r)]->step(1.0, norm);
+  }
+  for (int r = 0; r < ranks; ++r) {
+    const size_t count = size_t(shards.end(r) - shards.begin(r));
+    EXPECT_EQ(std::memcmp(parts[size_t(r)]->values() + shards.begin(r), whole.values() + shards.begin(r),
+                          count * 4),
+              0)
+        << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/ops.h"
+#include "dist/communicator.h"
 #include "model/model_io.h"
 #include "optim/schedule.h"
 #include "train/train_step.h"
@@ -34,7 +35,9 @@ TEST(TrainReference, TenStepsMatchTheTorchReference) {
   Optimizer optimizer(*loaded.params, config, cpu_ops());
   BalancingController balancing(balancing_config, loaded.params->dims().layers,
                                 loaded.params->dims().experts);
-  TrainStep train(model, optimizer, balancing);
+  const std::unique_ptr<Communicator> comm = make_single_process_communicator();
+  TrainStep train(model, optimizer, balancing, *comm,
+                  plan_optimizer_shards(optimizer.assignments(), loaded.params->table().total_floats(), 1));
 
   const std::vector<float> want_loss = ref.floats("loss"), want_norm = ref.floats("grad_norm");
   const std::vector<float> want_lr = ref.floats("lr_factor");

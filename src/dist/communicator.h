@@ -1,0 +1,60 @@
+#pragma once
+// The collectives training needs across ranks, behind one interface so that the trainer is the same on one
+// process, on MPI ranks, and later on NCCL/RCCL GPU communicators. Every call is collective: all ranks
+// make it, in the same order, with agreeing sizes. Counts are in elements; the implementations split
+// anything too large for one call of the engine.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zaya {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Ranks on this machine (for dividing its cores among them).
+  virtual int local_size() const = 0;
+
+  virtual void all_reduce_sum(float* data, int64_t count) = 0;
+  virtual void all_reduce_sum(double* data, int64_t count) = 0;
+  virtual void all_reduce_sum(int64_t* data, int64_t count) = 0;
+  virtual void all_reduce_max(int64_t* data, int64_t count) = 0;
+  // `send` holds counts[r] elements for each rank r, one after the other; this rank's part of the sum over
+  // ranks lands in `recv` (counts[rank()] elements). send and recv must not overlap.
+  virtual void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) = 0;
+  // `data` holds counts[r] elements for each rank r, one after the other; each rank's own part is read
+  // from its place and every other part is filled in from its rank.
+  virtual void all_gather(float* data, const std::vector<int64_t>& counts) = 0;
+  // send_counts[r] elements go to rank r, taken one block after the other from `send`; recv_counts[r]
+  // come from rank r into `recv` in the same way.
+  virtual void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                          const std::vector<int64_t>& recv_counts) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Every rank's string, in rank order.
+  virtual std::vector<std::string> all_gather_strings(const std::string& mine) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job with this exit code (the caller has reported why).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// One process: rank 0 of 1; the collectives copy or do nothing.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// True when this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
+bool launched_by_mpi();
+// MPI_COMM_WORLD; initialises MPI (funnelled threads: only the calling thread makes MPI calls) and
+// finalises it when destroyed.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Splits `total` elements into `parts` consecutive counts that differ by at most one.
+std::vector<int64_t> even_counts(int64_t total, int parts);
+
+// Collective: throws Error, on every rank, when some rank's `value` differs from rank 0's (`what` names it
+// in the message, e.g. "the zaya version").
+void require_agreement(Communicator& comm, const std::string& what, const std::string& value);
+
+}  // namespace zaya

@@ -1,0 +1,164 @@
+// The communicator over MPI_COMM_WORLD. MPI counts are `int`: buffers past that are moved in rounds.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <numeric>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace zaya {
+namespace {
+
+constexpr int64_t kRound = int64_t(1) << 28;  // elements per MPI call when a buffer is split
+
+int64_t total(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t(0));
+}
+
+std::vector<int> to_int(const std::vector<int64_t>& values) {
+  return {values.begin(), values.end()};
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), int64_t(0));
+  return offsets;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (provided < MPI_THREAD_FUNNELED) throw Error("the MPI library does not support threads (funnelled)");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+  }
+  ~MpiCommunicator() override { MPI_Finalize(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
+
+  void all_reduce_sum(float* data, int64_t count) override { all_reduce(data, count, MPI_FLOAT, MPI_SUM); }
+  void all_reduce_sum(double* data, int64_t count) override { all_reduce(data, count, MPI_DOUBLE, MPI_SUM); }
+  void all_reduce_sum(int64_t* data, int64_t count) override {
+    all_reduce(data, count, MPI_INT64_T, MPI_SUM);
+  }
+  void all_reduce_max(int64_t* data, int64_t count) override {
+    all_reduce(data, count, MPI_INT64_T, MPI_MAX);
+  }
+
+  void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) override {
+    check_counts(counts);
+    if (total(counts) <= INT_MAX) {
+      MPI_Reduce_scatter(send, recv, to_int(counts).data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      return;
+    }
+    // In rounds: each round reduces up to kRound elements of every rank's part, packed together.
+    const std::vector<int64_t> offsets = offsets_of(counts);
+    const int64_t longest = *std::max_element(counts.begin(), counts.end());
+    std::vector<float> staging;
+    for (int64_t start = 0; start < longest; start += kRound) {
+      std::vector<int> round(counts.size());
+      staging.clear();
+      for (size_t r = 0; r < counts.size(); ++r) {
+        const int64_t n = std::clamp<int64_t>(counts[r] - start, 0, kRound);
+        round[r] = int(n);
+        staging.insert(staging.end(), send + offsets[r] + start, send + offsets[r] + start + n);
+      }
+      MPI_Reduce_scatter(staging.data(), recv + start, round.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+  }
+
+  void all_gather(float* data, const std::vector<int64_t>& counts) override {
+    check_counts(counts);
+    const std::vector<int64_t> offsets = offsets_of(counts);
+    if (total(counts) <= INT_MAX) {
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, to_int(counts).data(), to_int(offsets).data(),
+                     MPI_FLOAT, MPI_COMM_WORLD);
+      return;
+    }
+    for (int r = 0; r < size_; ++r)
+      broadcast(data + offsets[size_t(r)], counts[size_t(r)] * int64_t(sizeof(float)), r);
+  }
+
+  void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                  const std::vector<int64_t>& recv_counts) override {
+    check_counts(send_counts);
+    check_counts(recv_counts);
+    if (total(send_counts) > INT_MAX || total(recv_counts) > INT_MAX)
+      throw Error("an all-to-all of more than 2^31 elements per rank is not supported");
+    MPI_Alltoallv(send, to_int(send_counts).data(), to_int(offsets_of(send_counts)).data(), MPI_FLOAT, recv,
+                  to_int(recv_counts).data(), to_int(offsets_of(recv_counts)).data(), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+  }
+
+  void broadcast(void* data, int64_t bytes, int root) override {
+    char* cursor = static_cast<char*>(data);
+    for (int64_t done = 0; done < bytes; done += kRound) {
+      MPI_Bcast(cursor + done, int(std::min(kRound, bytes - done)), MPI_BYTE, root, MPI_COMM_WORLD);
+    }
+  }
+
+  std::vector<std::string> all_gather_strings(const std::string& mine) override {
+    std::vector<int64_t> lengths(size_t(size_), 0);
+    lengths[size_t(rank_)] = int64_t(mine.size());
+    all_reduce_sum(lengths.data(), size_);
+    std::vector<int64_t> offsets = offsets_of(lengths);
+    std::string all(size_t(total(lengths)), '\0');
+    std::copy(mine.begin(), mine.end(), all.begin() + offsets[size_t(rank_)]);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), to_int(lengths).data(),
+                   to_int(offsets).data(), MPI_CHAR, MPI_COMM_WORLD);
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r)
+      out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+    return out;
+  }
+
+  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
+
+ private:
+  void all_reduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op) {
+    int element = 0;
+    MPI_Type_size(type, &element);
+    char* cursor = static_cast<char*>(data);
+    for (int64_t done = 0; done < count; done += kRound) {
+      MPI_Allreduce(MPI_IN_PLACE, cursor + done * element, int(std::min(kRound, count - done)), type, op,
+                    MPI_COMM_WORLD);
+    }
+  }
+  void check_counts(const std::vector<int64_t>& counts) const {
+    if (int64_t(counts.size()) != size_)
+      throw Error(cat("a collective got ", counts.size(), " counts for ", size_, " ranks"));
+  }
+
+  int rank_ = 0, size_ = 1, local_size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
+    if (std::getenv(name)) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
+
+}  // namespace zaya

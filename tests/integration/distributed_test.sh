@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Data-parallel training over MPI on this machine (loopback): 2 ranks against one process with the same
+# global batch (losses and weights), a rank that fails mid-run ending the job with its reason, a run saved
+# at 2 ranks resumed at 1, and ranks that disagree on the configuration.
+# Usage: distributed_test.sh ZAYA_BINARY COMPARE_TENSORS_BINARY CONFIGS_DIR
+set -u
+zaya=$1 compare=$2 configs=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+ok() { echo "ok: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+command -v mpirun > /dev/null || { echo "FAIL: mpirun is missing (scripts/setup.sh installs openmpi-bin)"; exit 1; }
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpirun=(timeout 300 mpirun --allow-run-as-root)
+
+docs=/usr/share/doc/python3.11/html/_sources
+[ -d "$docs" ] || { echo "FAIL: $docs is missing (scripts/setup.sh installs python3.11-doc)"; exit 1; }
+mkdir -p "$tmp/corpus"
+cp "$docs"/library/[a-f]*.rst.txt "$tmp/corpus/"
+"$zaya" tokenizer train --input "$tmp/corpus" --vocab-size 512 --output "$tmp/tokenizer.json" > "$tmp/log" 2>&1 \
+  && "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/docs" \
+     --val-fraction 0.05 > "$tmp/log" 2>&1 || { echo "FAIL: data"; cat "$tmp/log"; exit 1; }
+
+# The tiny run cut to 20 steps of a fixed global batch of 16 sequences (4 micro-batches of 4), one thread
+# per rank, a checkpoint every 10 steps.
+args=(train "$configs/tiny.toml" --set "data.tokenizer=\"$tmp/tokenizer.json\""
+      --set "data.validation=\"$tmp/docs_val\"" --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}"
+      --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
+      --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
+losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
+final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")/model.safetensors"; }
+# Steps both files hold must agree to 1e-5 in loss; prints the worst difference.
+same_losses() {
+  join <(losses "$1" | sort -k1,1) <(losses "$2" | sort -k1,1) \
+    | awk 'BEGIN { worst = 0; n = 0 } { d = $2 - $3; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
+           END { printf "%d steps, worst loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= 1e-5) }'
+}
+
+"$zaya" "${args[@]}" --run-dir "$tmp/one" > "$tmp/one.log" 2>&1 || { fail "one process"; tail -5 "$tmp/one.log"; }
+"${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --run-dir "$tmp/two" > "$tmp/two.log" 2>&1 \
+  && ok "2 ranks train" || { fail "2 ranks train"; tail -5 "$tmp/two.log"; }
+grep -q "2 data-parallel ranks" "$tmp/two.log" && [ "$(grep -c '^starting' "$tmp/two.log")" = 1 ] \
+  && ok "rank 0 alone reports" || fail "rank 0 alone reports"
+out=$(same_losses "$tmp/one" "$tmp/two") && [ "$(losses "$tmp/two" | wc -l)" -ge 20 ] && ok "losses at 2 ranks: $out" \
+  || fail "losses at 2 ranks: $out"
+out=$("$compare" "$(final "$tmp/two")" "$(final "$tmp/one")" 1e-5) && ok "weights at 2 ranks: $out" \
+  || fail "weights at 2 ranks: $out"
+
+# A rank failing at step 13 ends the job within seconds, with its reason; the run resumes at 1 rank from
+# the checkpoint of step 10 and ends where the 2-rank run ended.
+start=$(date +%s)
+"${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set debug.fail_rank=1 --set debug.fail_step=13 --run-dir "$tmp/fault" \
+  > "$tmp/fault.log" 2>&1
+code=$? elapsed=$(($(date +%s) - start))
+[ $code -ne 0 ] && [ $code -ne 124 ] && [ $elapsed -lt 60 ] \
+  && grep -q "error on rank 1 of 2: .*injected failure at step 13" "$tmp/fault.log" \
+  && ok "a failing rank ends the job in ${elapsed}s with its reason" || { fail "failing rank (exit $code)"; tail -5 "$tmp/fault.log"; }
+"$zaya" "${args[@]}" --run-dir "$tmp/fault" > "$tmp/resume.log" 2>&1 && grep -q "resuming .*step_10" "$tmp/resume.log" \
+  && ok "saved at 2 ranks, resumed at 1" || { fail "resume at 1"; tail -5 "$tmp/resume.log"; }
+out=$(same_losses "$tmp/fault" "$tmp/two") && ok "losses after the resume: $out" || fail "losses after the resume: $out"
+out=$("$compare" "$(final "$tmp/fault")" "$(final "$tmp/two")" 1e-5) && ok "weights after the resume: $out" \
+  || fail "weights after the resume: $out"
+
+# Ranks started with different configurations refuse, each saying why.
+"${mpirun[@]}" -np 1 "$zaya" "${args[@]}" --run-dir "$tmp/split" : -np 1 "$zaya" "${args[@]}" --set run.seed=2 \
+  --run-dir "$tmp/split" > "$tmp/split.log" 2>&1
+[ $? -ne 0 ] && [ "$(grep -c 'ranks disagree on the run configuration' "$tmp/split.log")" = 2 ] \
+  && ok "ranks that disagree on the configuration" || { fail "disagreeing ranks"; tail -5 "$tmp/split.log"; }
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
