@@ -37,6 +37,8 @@ class Communicator {
   // Every rank's string, in rank order.
   virtual std::vector<std::string> all_gather_strings(const std::string& mine) = 0;
   virtual void barrier() = 0;
+  // A communicator over the ranks that pass the same color, ranked by key (collective).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // Ends every rank of the job with this exit code (the caller has reported why).
   [[noreturn]] virtual void abort(int code) = 0;
 };

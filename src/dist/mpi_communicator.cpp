@@ -1,4 +1,5 @@
-// The communicator over MPI_COMM_WORLD. MPI counts are `int`: buffers past that are moved in rounds.
+// Communicators over MPI: MPI_COMM_WORLD and groups split from it. MPI counts are `int`: buffers past that
+// are moved in rounds.
 
 #include <mpi.h>
 
@@ -31,18 +32,22 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
+  // The world: initialises MPI, and finalises it when destroyed.
+  MpiCommunicator() : comm_(MPI_COMM_WORLD), world_(true) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     if (provided < MPI_THREAD_FUNNELED) throw Error("the MPI library does not support threads (funnelled)");
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &local_size_);
-    MPI_Comm_free(&local);
+    describe();
   }
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  // A group split from another; MPI stays up while the world communicator lives.
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), world_(false) { describe(); }
+  ~MpiCommunicator() override {
+    if (world_) {
+      MPI_Finalize();
+    } else {
+      MPI_Comm_free(&comm_);
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -60,7 +65,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) override {
     check_counts(counts);
     if (total(counts) <= INT_MAX) {
-      MPI_Reduce_scatter(send, recv, to_int(counts).data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Reduce_scatter(send, recv, to_int(counts).data(), MPI_FLOAT, MPI_SUM, comm_);
       return;
     }
     // In rounds: each round reduces up to kRound elements of every rank's part, packed together.
@@ -75,7 +80,7 @@ class MpiCommunicator final : public Communicator {
         round[r] = int(n);
         staging.insert(staging.end(), send + offsets[r] + start, send + offsets[r] + start + n);
       }
-      MPI_Reduce_scatter(staging.data(), recv + start, round.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Reduce_scatter(staging.data(), recv + start, round.data(), MPI_FLOAT, MPI_SUM, comm_);
     }
   }
 
@@ -84,7 +89,7 @@ class MpiCommunicator final : public Communicator {
     const std::vector<int64_t> offsets = offsets_of(counts);
     if (total(counts) <= INT_MAX) {
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, to_int(counts).data(), to_int(offsets).data(),
-                     MPI_FLOAT, MPI_COMM_WORLD);
+                     MPI_FLOAT, comm_);
       return;
     }
     for (int r = 0; r < size_; ++r)
@@ -98,14 +103,13 @@ class MpiCommunicator final : public Communicator {
     if (total(send_counts) > INT_MAX || total(recv_counts) > INT_MAX)
       throw Error("an all-to-all of more than 2^31 elements per rank is not supported");
     MPI_Alltoallv(send, to_int(send_counts).data(), to_int(offsets_of(send_counts)).data(), MPI_FLOAT, recv,
-                  to_int(recv_counts).data(), to_int(offsets_of(recv_counts)).data(), MPI_FLOAT,
-                  MPI_COMM_WORLD);
+                  to_int(recv_counts).data(), to_int(offsets_of(recv_counts)).data(), MPI_FLOAT, comm_);
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
     char* cursor = static_cast<char*>(data);
     for (int64_t done = 0; done < bytes; done += kRound) {
-      MPI_Bcast(cursor + done, int(std::min(kRound, bytes - done)), MPI_BYTE, root, MPI_COMM_WORLD);
+      MPI_Bcast(cursor + done, int(std::min(kRound, bytes - done)), MPI_BYTE, root, comm_);
     }
   }
 
@@ -117,27 +121,40 @@ class MpiCommunicator final : public Communicator {
     std::string all(size_t(total(lengths)), '\0');
     std::copy(mine.begin(), mine.end(), all.begin() + offsets[size_t(rank_)]);
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), to_int(lengths).data(),
-                   to_int(offsets).data(), MPI_CHAR, MPI_COMM_WORLD);
+                   to_int(offsets).data(), MPI_CHAR, comm_);
     std::vector<std::string> out;
     for (int r = 0; r < size_; ++r)
       out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
     return out;
   }
 
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override { MPI_Barrier(comm_); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm group;
+    MPI_Comm_split(comm_, color, key, &group);
+    return std::make_unique<MpiCommunicator>(group);
+  }
   [[noreturn]] void abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Abort(MPI_COMM_WORLD, code);  // the whole job, whichever group this is
     std::exit(code);
   }
 
  private:
+  void describe() {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm local;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+  }
   void all_reduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op) {
     int element = 0;
     MPI_Type_size(type, &element);
     char* cursor = static_cast<char*>(data);
     for (int64_t done = 0; done < count; done += kRound) {
       MPI_Allreduce(MPI_IN_PLACE, cursor + done * element, int(std::min(kRound, count - done)), type, op,
-                    MPI_COMM_WORLD);
+                    comm_);
     }
   }
   void check_counts(const std::vector<int64_t>& counts) const {
@@ -145,6 +162,8 @@ class MpiCommunicator final : public Communicator {
       throw Error(cat("a collective got ", counts.size(), " counts for ", size_, " ranks"));
   }
 
+  MPI_Comm comm_;
+  bool world_;
   int rank_ = 0, size_ = 1, local_size_ = 1;
 };
 

@@ -28,6 +28,7 @@ class SingleProcessCommunicator final : public Communicator {
   void broadcast(void*, int64_t, int) override {}
   std::vector<std::string> all_gather_strings(const std::string& mine) override { return {mine}; }
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return make_single_process_communicator(); }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 

@@ -40,16 +40,20 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   const int64_t routed = a.offsets[E];
   float* x = scratch_.alloc<float>(size_t(routed * H));
   ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H,
-              0.0f, a.gate_up + begin * 2 * I, 2 * I);
-  }
-  ops_.swiglu_forward(a.gate_up, routed, I, a.act);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I, w.down + e * H * I, I, 0.0f,
-              a.y + begin * H, H);
+  if (expert_parallel()) {
+    experts_forward_parallel(layer, a, x);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H,
+                0.0f, a.gate_up + begin * 2 * I, 2 * I);
+    }
+    ops_.swiglu_forward(a.gate_up, routed, I, a.act);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      ops_.gemm(Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I, w.down + e * H * I, I, 0.0f,
+                a.y + begin * H, H);
+    }
   }
   ops_.fill(a.moe, T * H, 0.0f);
   ops_.scatter_rows(a.y, a.order, a.gate, routed, H, false, a.moe);
@@ -75,25 +79,29 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   ops_.fill(d_gate, T, 0.0f);
   ops_.scatter_rows(d_gate_routed, a.order, nullptr, routed, 1, false, d_gate);
 
-  float* d_act = f(routed * I);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H, w.down + e * H * I, I, 0.0f,
-              d_act + begin * I, I);
-    ops_.gemm(Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I, 1.0f,
-              g.down + e * H * I, I);
-  }
-  float* d_gate_up = f(routed * 2 * I);
-  ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
-  float* x = f(routed * H);
-  ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
   float* d_x = f(routed * H);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-    ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H, H,
-              1.0f, g.gate_up + e * 2 * I * H, H);
-    ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-              w.gate_up + e * 2 * I * H, H, 0.0f, d_x + begin * H, H);
+  if (expert_parallel()) {
+    experts_backward_parallel(layer, d_y, d_x);
+  } else {
+    float* d_act = f(routed * I);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      ops_.gemm(Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H, w.down + e * H * I, I, 0.0f,
+                d_act + begin * I, I);
+      ops_.gemm(Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I, 1.0f,
+                g.down + e * H * I, I);
+    }
+    float* d_gate_up = f(routed * 2 * I);
+    ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
+    float* x = f(routed * H);
+    ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H,
+                H, 1.0f, g.gate_up + e * 2 * I * H, H);
+      ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+                w.gate_up + e * 2 * I * H, H, 0.0f, d_x + begin * H, H);
+    }
   }
   ops_.fill(d_xn2, T * H, 0.0f);
   ops_.scatter_rows(d_x, a.order, nullptr, routed, H, false, d_xn2);

@@ -5,6 +5,7 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "model/expert_exchange.h"
 #include "model/layer_activations.h"
 
 namespace zaya {
@@ -64,6 +65,7 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   arena_.reset();
   scratch_.reset();
   loss_scale_ = loss_scale;
+  training_ = train;
   reset_routing_stats();
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up.

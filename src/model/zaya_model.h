@@ -13,7 +13,9 @@
 
 namespace zaya {
 
+class Communicator;
 class Ops;
+struct ExpertExchange;
 struct LayerActivations;
 
 inline constexpr int32_t kIgnoreLabel = -100;
@@ -66,6 +68,12 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
+  // Expert parallelism for training: the group's ranks share each layer's experts (rank p of P runs experts
+  // [p E / P, (p + 1) E / P)), and forward_backward sends every routed token to the rank of its expert and
+  // its result back (all-to-all). Every rank of the group must call forward_backward alike. Inference
+  // (forward, decode_step) stays local: every rank holds every expert's weights. Null: all local. Throws
+  // Error when the group's size does not divide the experts.
+  void set_expert_group(Communicator* group);
   // A new RoPE base for every layer (a training stage may extend the context this way).
   void set_rope_theta(double theta) {
     for (LayerDims& layer : dims_.layer) layer.rope_theta = theta;
@@ -93,6 +101,12 @@ class ZayaModel {
   // d_state_prev receives the gradient of the previous layer's router state (null for layer 0).
   void moe_backward(int layer, const Batch& batch, LayerActivations& a, const float* d_moe,
                     const float* d_state_next, float* d_xn2, float* d_state_prev);
+  // The experts over the routed rows x [N, H] (grouped by expert): into a.gate_up, a.act, a.y here, or on
+  // the experts' ranks (model/expert_parallel.cpp). Backward: from d_y [N, H] (times the gate), the
+  // experts' gradients and d_x [N, H].
+  bool expert_parallel() const { return expert_group_ && training_; }
+  void experts_forward_parallel(int layer, LayerActivations& a, const float* x);
+  void experts_backward_parallel(int layer, const float* d_y, float* d_x);
   // The LM head and the loss over chunks of tokens; with train, the head's backward is fused in and the
   // gradient of the final norm's output lands in d_final.
   void head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
@@ -109,6 +123,9 @@ class ZayaModel {
   std::vector<LayerActivations> layers_;
   std::vector<RouterLayerStats> routing_;
   RouterAuxLoss aux_;
+  Communicator* expert_group_ = nullptr;
+  std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
+  bool training_ = false;                  // the current pass is forward_backward's
   float loss_scale_ = 0;
   float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
   float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output

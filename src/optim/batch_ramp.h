@@ -25,6 +25,7 @@ class BatchRamp {
   int64_t micro_batches_per_rank(int64_t tokens_seen) const;
   double lr_factor(int64_t tokens_seen) const;
   const BatchRampConfig& config() const { return config_; }
+  int64_t ranks() const { return unit_ / config_.micro_batch; }
 
  private:
   BatchRampConfig config_;

@@ -141,6 +141,8 @@ void read_run(TomlReader section, RunSection& out) {
   out.seed = uint64_t(section.integer("seed", int64_t(out.seed)));
   out.threads = int(section.integer("threads", out.threads));
   if (out.threads < 0) section.fail("threads", "must not be negative");
+  out.expert_parallel = int(section.integer("expert_parallel", out.expert_parallel));
+  if (out.expert_parallel < 1) section.fail("expert_parallel", "must be at least 1");
   section.finish();
 }
 

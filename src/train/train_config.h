@@ -18,6 +18,8 @@ namespace zaya {
 struct RunSection {
   uint64_t seed = 0;
   int threads = 0;  // 0: all cores (or OMP_NUM_THREADS), shared among the ranks on one machine
+  // Ranks that share each layer's experts (consecutive ranks; must divide the rank count and the experts).
+  int expert_parallel = 1;
 };
 
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.

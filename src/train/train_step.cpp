@@ -26,18 +26,19 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   using Clock = std::chrono::steady_clock;
   StepReport report;
   report.lr_factor = lr_factor;
-  // Collectives are timed; they include waiting for the slowest rank.
-  auto collective = [&](auto&& call) {
+  // Collectives are timed (including waiting for the slowest rank) and their payloads counted.
+  auto collective = [&](int64_t bytes, auto&& call) {
     const auto start = Clock::now();
     call();
     report.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    report.communication_bytes += comm_.size() > 1 ? bytes : 0;
   };
   for (const Batch& batch : micro_batches) {
     report.tokens += batch.tokens();
     for (int64_t t = 0; t < batch.tokens(); ++t) report.labelled += batch.labels[t] != kIgnoreLabel;
   }
   int64_t totals[2] = {report.tokens, report.labelled};
-  collective([&] { comm_.all_reduce_sum(totals, 2); });
+  collective(sizeof totals, [&] { comm_.all_reduce_sum(totals, 2); });
   report.tokens = totals[0];
   report.labelled = totals[1];
   const float loss_scale = report.labelled ? 1.0f / float(report.labelled) : 0.0f;
@@ -75,7 +76,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     sums.push_back(stats.entropy_sum);
     sums.push_back(stats.lse_square_sum);
   }
-  collective([&] {
+  collective(int64_t(route_counts.size() * sizeof(int64_t) + sums.size() * sizeof(double)), [&] {
     comm_.all_reduce_sum(route_counts.data(), int64_t(route_counts.size()));
     comm_.all_reduce_sum(sums.data(), int64_t(sums.size()));
   });
@@ -102,17 +103,19 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   const int rank = comm_.rank();
   float* owned = params.grads() + shards_.begin(rank);
   if (comm_.size() > 1) {
-    collective([&] { comm_.reduce_scatter_sum(params.grads(), owned_grads_.as<float>(), shards_.counts()); });
+    collective(params.table().total_floats() * int64_t(sizeof(float)),
+               [&] { comm_.reduce_scatter_sum(params.grads(), owned_grads_.as<float>(), shards_.counts()); });
     std::memcpy(owned, owned_grads_.as<float>(), owned_grads_.size());
   }
   double grad_sum_squares = optimizer_.owned_grad_sum_squares();
-  collective([&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
+  collective(sizeof grad_sum_squares, [&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
   report.optimizer = optimizer_.step(lr_factor, std::sqrt(grad_sum_squares));
   if (!report.optimizer.finite) {
     report.skipped = true;
     return report;
   }
-  collective([&] { comm_.all_gather(params.values(), shards_.counts()); });
+  collective(params.table().total_floats() * int64_t(sizeof(float)),
+             [&] { comm_.all_gather(params.values(), shards_.counts()); });
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   balancing_.update(counts, biases_);

@@ -31,6 +31,7 @@ struct StepReport {
   double aux_loss = 0;               // auxiliary router losses per token (0 when off)
   int64_t tokens = 0, labelled = 0;  // of the global batch
   double communication_seconds = 0;  // in collectives (including waiting for the slowest rank)
+  int64_t communication_bytes = 0;   // handed to them by this rank (the experts' all-to-alls not counted)
   double lr_factor = 0;
   OptimizerStepStats optimizer;
   bool skipped = false;                 // a non-finite loss or gradient: no update was made

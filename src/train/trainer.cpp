@@ -73,7 +73,7 @@ struct StepPlan {
 
 StepPlan plan_step(const TrainConfig& config, const BatchRamp& ramp, int64_t stage, int64_t stage_tokens,
                    int64_t tokens) {
-  const int64_t unit = config.batch.micro_batch;
+  const int64_t unit = ramp.config().micro_batch * ramp.ranks();
   while (stage < int64_t(config.stages.size())) {
     const StageConfig& s = config.stages[size_t(stage)];
     const int64_t fits = (s.tokens - stage_tokens) / s.seq_len / unit * unit;
@@ -264,9 +264,22 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   ZayaModel model(params, ops);
   model.set_router_aux_loss(config.aux_loss);
   TrainStep train_step(model, optimizer, balancing, comm, shards);
-  // The global batch does not depend on the rank count: its micro-batches are shared out over the ranks,
-  // as evenly as they go, so that a run sees the same data on any number of ranks.
-  const BatchRamp ramp(config.batch, 1);
+  // Data parallel, the global batch does not depend on the rank count: its micro-batches are shared out
+  // over the ranks, as evenly as they go, so that a run sees the same data on any number of ranks. Expert
+  // parallel, every rank of a group must run as many micro-batches as the others (each is a collective of
+  // the group): the batch is a multiple of micro_batch x ranks.
+  std::unique_ptr<Communicator> expert_group;
+  if (config.run.expert_parallel > 1) {
+    if (ranks % config.run.expert_parallel != 0) {
+      throw Error(cat("expert parallelism over ", config.run.expert_parallel, " ranks does not divide the ",
+                      ranks, " ranks"))
+          .file(config.source)
+          .field("run.expert_parallel");
+    }
+    expert_group = comm.split(rank / config.run.expert_parallel, rank);
+    model.set_expert_group(expert_group.get());
+  }
+  const BatchRamp ramp(config.batch, expert_group ? ranks : 1);
   std::vector<StageData> stage_data;
   for (const StageConfig& stage : config.stages) stage_data.push_back({stage.seq_len, stage.mixture});
   DataLoader loader(stage_data, config.run.seed, params.dims().vocab);
@@ -297,7 +310,10 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
           params.dims().layers, " layers, hidden ", params.dims().hidden, ", ", params.dims().experts,
           " experts; ", stats.total, " parameters (", stats.active_non_embedding, " active non-embedding); ",
           stages, " stage(s), ", total, " tokens",
-          ranks > 1 ? cat("; ", ranks, " data-parallel ranks, ", num_threads(), " threads each") : ""));
+          ranks > 1 ? cat("; ", ranks, " data-parallel ranks",
+                          expert_group ? cat(", experts shared by groups of ", expert_group->size()) : "",
+                          ", ", num_threads(), " threads each")
+                    : ""));
   const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
@@ -405,6 +421,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     m.eta_seconds = double(total - state.tokens) / smoothed_rate;
     m.step_seconds = seconds;
     m.communication_seconds = report.communication_seconds;
+    m.communication_bytes = report.communication_bytes;
     m.sequences = batch.sequences;
     m.seq_len = seq;
     m.ranks = ranks;

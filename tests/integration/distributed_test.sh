@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Data-parallel training over MPI on this machine (loopback): 2 ranks against one process with the same
-# global batch (losses and weights), a rank that fails mid-run ending the job with its reason, a run saved
-# at 2 ranks resumed at 1, and ranks that disagree on the configuration.
+# Training over MPI on this machine (loopback): 2 data-parallel ranks, 2 expert-parallel ranks, and 4 ranks
+# as 2 data-parallel groups of 2 expert-parallel ones, each against one process with the same global batch
+# (losses and weights); a rank that fails mid-run ending the job with its reason; a run saved at 2 ranks
+# resumed at 1; ranks that disagree on the configuration.
 # Usage: distributed_test.sh ZAYA_BINARY COMPARE_TENSORS_BINARY CONFIGS_DIR
 set -u
 zaya=$1 compare=$2 configs=$3
@@ -46,6 +47,21 @@ out=$(same_losses "$tmp/one" "$tmp/two") && [ "$(losses "$tmp/two" | wc -l)" -ge
   || fail "losses at 2 ranks: $out"
 out=$("$compare" "$(final "$tmp/two")" "$(final "$tmp/one")" 1e-5) && ok "weights at 2 ranks: $out" \
   || fail "weights at 2 ranks: $out"
+
+# Expert parallel: 2 ranks sharing the experts, and 4 ranks as 2 data-parallel groups of 2.
+for layout in "2 2" "4 2"; do
+  read -r n ep <<<"$layout"
+  "${mpirun[@]}" -np $n "$zaya" "${args[@]}" --set run.expert_parallel=$ep --run-dir "$tmp/ep$n" > "$tmp/ep$n.log" 2>&1 \
+    && grep -q "$n data-parallel ranks, experts shared by groups of $ep" "$tmp/ep$n.log" \
+    && ok "$n ranks, expert groups of $ep, train" || { fail "$n ranks, expert groups of $ep"; tail -5 "$tmp/ep$n.log"; }
+  out=$(same_losses "$tmp/one" "$tmp/ep$n") && ok "losses at $n ranks, expert groups of $ep: $out" \
+    || fail "losses at $n ranks, expert groups of $ep: $out"
+  out=$("$compare" "$(final "$tmp/ep$n")" "$(final "$tmp/one")" 1e-5) \
+    && ok "weights at $n ranks, expert groups of $ep: $out" || fail "weights at $n ranks, expert groups of $ep: $out"
+done
+out=$("${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set run.expert_parallel=3 --run-dir "$tmp/ep3" 2>&1)
+[ $? -ne 0 ] && grep -q "run.expert_parallel" <<<"$out" && ok "expert groups that do not divide the ranks" \
+  || fail "expert groups that do not divide the ranks: $out"
 
 # A rank failing at step 13 ends the job within seconds, with its reason; the run resumes at 1 rank from
 # the checkpoint of step 10 and ends where the 2-rank run ended.

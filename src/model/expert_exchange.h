@@ -1,0 +1,19 @@
+#pragma once
+// What one layer's expert-parallel forward pass keeps for its backward pass, on the experts' side. M = the
+// rows this rank received: for each source rank of the group in order, for each of this rank's experts in
+// order, the rows that source routed to that expert.
+
+#include <cstdint>
+#include <vector>
+
+namespace zaya {
+
+struct ExpertExchange {
+  std::vector<int64_t> table;       // [P, E] rows each group rank routed to each expert
+  std::vector<int64_t> send, recv;  // [P] floats (rows x H) sent to and received from each rank
+  std::vector<float> x;             // [M, H] received rows
+  std::vector<float> gate_up;       // [M, 2I]
+  std::vector<float> act;           // [M, I]
+};
+
+}  // namespace zaya
