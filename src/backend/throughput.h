@@ -7,7 +7,9 @@ namespace zaya {
 
 class Ops;
 
-// FLOP/s of a square f32 GEMM of side `size`: the median of `repeats` timed runs after one warm-up.
+// FLOP/s of a square f32 GEMM of side `size`: the fastest of `repeats` timed runs after one warm-up. Other
+// work on a shared machine only ever slows a run down, so the fastest is the closest to the machine's rate
+// (a median read from a busy moment made MFU come out high).
 double measure_gemm_flops(Ops& ops, int64_t size = 1024, int repeats = 15);
 
 }  // namespace zaya

@@ -83,7 +83,7 @@ void run_step_bench(const StepArgs& args) {
   }
   std::printf("%s: batch %lld x %lld = %lld tokens, %d threads\n", args.source.describe().c_str(),
               (long long)args.batch, (long long)args.seq, (long long)tokens, num_threads());
-  std::printf("sgemm 1024^3: %.1f GFLOP/s (median of 15)\n", gemm_flops / 1e9);
+  std::printf("sgemm 1024^3: %.1f GFLOP/s (fastest of 15)\n", gemm_flops / 1e9);
   std::printf(
       "forward+backward: %.3f s/step (median of %d), %.0f tokens/s, %.1f GFLOP/s of model FLOPs, MFU "
       "%.1f%%\n",

@@ -315,6 +315,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                           ", ", num_threads(), " threads each")
                     : ""));
   const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
+  say(cat("MFU is against this rank's sgemm rate, measured now: ", std::lround(gemm_flops / 1e9),
+          " GFLOP/s"));
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
   auto save = [&](bool wait) {
