@@ -78,6 +78,22 @@ out=$(same_losses "$tmp/fault" "$tmp/two") && ok "losses after the resume: $out"
 out=$("$compare" "$(final "$tmp/fault")" "$(final "$tmp/two")" 1e-5) && ok "weights after the resume: $out" \
   || fail "weights after the resume: $out"
 
+# A rank killed outright (-9, no chance to say why) still ends the whole job within seconds, not a hang.
+start=$(date +%s)
+"${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set stages.0.tokens=4096000 --run-dir "$tmp/killed" \
+  > "$tmp/killed.log" 2>&1 &
+launcher=$!
+victim=""
+while [ -z "$victim" ] && kill -0 $launcher 2>/dev/null; do
+  grep -q "step " "$tmp/killed.log" 2>/dev/null && victim=$(pgrep -f -n -- "--run-dir $tmp/killed" | grep -v "^$launcher$" | head -1)
+  sleep 0.2
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $launcher
+code=$? elapsed=$(($(date +%s) - start))
+[ -n "$victim" ] && [ $code -ne 0 ] && [ $code -ne 124 ] && [ $elapsed -lt 60 ] \
+  && ok "a rank killed with -9 ends the job (exit $code, ${elapsed}s)" || { fail "killed rank (exit $code)"; tail -5 "$tmp/killed.log"; }
+
 # Ranks started with different configurations refuse, each saying why.
 "${mpirun[@]}" -np 1 "$zaya" "${args[@]}" --run-dir "$tmp/split" : -np 1 "$zaya" "${args[@]}" --set run.seed=2 \
   --run-dir "$tmp/split" > "$tmp/split.log" 2>&1
