@@ -1,13 +1,14 @@
 #include "dist/communicator.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zaya {
 
-std::vector<int64_t> even_counts(int64_t total, int parts) {
-  std::vector<int64_t> counts(size_t(parts), total / parts);
-  for (int64_t r = 0; r < total % parts; ++r) ++counts[size_t(r)];
-  return counts;
+Share even_share(int64_t total, int parts, int index) {
+  const int64_t base = total / parts, extra = total % parts;  // the first `extra` parts get one more
+  return {index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
 }
 
 void require_agreement(Communicator& comm, const std::string& what, const std::string& value) {

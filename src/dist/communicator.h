@@ -52,8 +52,11 @@ bool launched_by_mpi();
 // finalises it when destroyed.
 std::unique_ptr<Communicator> make_mpi_communicator();
 
-// Splits `total` elements into `parts` consecutive counts that differ by at most one.
-std::vector<int64_t> even_counts(int64_t total, int parts);
+// Part `index` of `total` items split into `parts` consecutive runs whose lengths differ by at most one.
+struct Share {
+  int64_t first = 0, count = 0;
+};
+Share even_share(int64_t total, int parts, int index);
 
 // Collective: throws Error, on every rank, when some rank's `value` differs from rank 0's (`what` names it
 // in the message, e.g. "the zaya version").
