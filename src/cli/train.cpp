@@ -71,8 +71,9 @@ void run_train(const TrainArgs& args) {
 
 void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* command =
-      app.add_subcommand("train", "train a model from a TOML run configuration (resumes by itself)");
+  CLI::App* command = app.add_subcommand("train",
+                                         "train a model from a TOML run configuration (resumes by itself; "
+                                         "data- and expert-parallel under mpirun or srun)");
   command->add_option("config", args->config, "the run's TOML file (see docs/CONFIG.md)")->required();
   command->add_option("--run-dir", args->run_dir, "where checkpoints, metrics and TensorBoard files go");
   command->add_option("--set", args->overrides, "override a key: section.key=value (repeatable)");
