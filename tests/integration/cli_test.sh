@@ -5,22 +5,7 @@ set -u
 zaya=$1 fixtures=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-check() {  # check DESCRIPTION EXPECTED_EXIT EXPECTED_OUTPUT_FRAGMENT -- COMMAND...
-  local description=$1 want_code=$2 want_text=$3
-  shift 4
-  local out code
-  out=$("$@" 2>&1)
-  code=$?
-  if [ "$code" -ne "$want_code" ] || ! grep -qF -- "$want_text" <<<"$out"; then
-    echo "FAIL: $description: exit $code (want $want_code), output:"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  else
-    echo "ok: $description"
-  fi
-}
+source "$(dirname "$0")/report.sh"
 
 check "--version" 0 "zaya 0." -- "$zaya" --version
 check "--help lists inspect" 0 "inspect" -- "$zaya" --help
@@ -36,7 +21,7 @@ printf '\x07\x00\x00\x00\x00\x00\x00\x00{"w":1}' > "$tmp/bad.safetensors"
 check "malformed file" 1 "$tmp/bad.safetensors: tensor 'w'" -- "$zaya" inspect "$tmp/bad.safetensors"
 check "missing file" 1 "cannot open" -- "$zaya" inspect "$tmp/none.safetensors"
 lines=$("$zaya" inspect "$tmp/bad.safetensors" 2>&1 | wc -l)
-[ "$lines" -eq 1 ] || { echo "FAIL: error is $lines lines, want 1"; failures=$((failures + 1)); }
+[ "$lines" -eq 1 ] && ok "the error is one line" || fail "the error is $lines lines, want 1"
 
 check "info zaya1-base" 0 "8303355728" -- "$zaya" info --preset zaya1-base
 check "info needs one source" 2 "give a model (--preset, --config, --model) or --train-config" -- "$zaya" info
@@ -53,6 +38,4 @@ check "forward with ids past the vocabulary" 1 "outside the vocabulary" -- "$zay
   --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/x.safetensors"
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
-total=$(grep -c '^check "' "$0")
-echo "$((total - failures)) passed, $failures failed"
-[ "$failures" -eq 0 ]
+report

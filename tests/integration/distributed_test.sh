@@ -8,9 +8,7 @@ set -u
 zaya=$1 compare=$2 configs=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/report.sh"
 command -v mpirun > /dev/null || { echo "FAIL: mpirun is missing (scripts/setup.sh installs openmpi-bin)"; exit 1; }
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun=(timeout 300 mpirun --allow-run-as-root)
@@ -100,5 +98,4 @@ code=$? elapsed=$(($(date +%s) - start))
 [ $? -ne 0 ] && [ "$(grep -c 'ranks disagree on the run configuration' "$tmp/split.log")" = 2 ] \
   && ok "ranks that disagree on the configuration" || { fail "disagreeing ranks"; tail -5 "$tmp/split.log"; }
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+report

@@ -6,22 +6,7 @@ set -u
 zaya=$1 fixtures=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-check() {  # check DESCRIPTION EXPECTED_EXIT EXPECTED_OUTPUT_FRAGMENT -- COMMAND...
-  local description=$1 want_code=$2 want_text=$3
-  shift 4
-  local out code
-  out=$("$@" 2>&1)
-  code=$?
-  if [ "$code" -ne "$want_code" ] || ! grep -qF -- "$want_text" <<<"$out"; then
-    echo "FAIL: $description: exit $code (want $want_code), output:"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  else
-    echo "ok: $description"
-  fi
-}
+source "$(dirname "$0")/report.sh"
 
 corpus=$fixtures/tokenizer/corpus.txt
 mkdir -p "$tmp/texts/sub"
@@ -60,8 +45,6 @@ printf '{"model": ' > "$tmp/broken.json"
 check "malformed tokenizer.json" 1 "$tmp/broken.json: invalid JSON" -- \
   "$zaya" tokenizer encode --tokenizer "$tmp/broken.json" --text x
 lines=$("$zaya" tokenizer encode --tokenizer "$tmp/broken.json" --text x 2>&1 | wc -l)
-[ "$lines" -eq 1 ] || { echo "FAIL: error is $lines lines, want 1"; failures=$((failures + 1)); }
+[ "$lines" -eq 1 ] && ok "the error is one line" || fail "the error is $lines lines, want 1"
 
-total=$(grep -c '^check "' "$0")
-echo "$((total - failures)) passed, $failures failed"
-[ "$failures" -eq 0 ]
+report

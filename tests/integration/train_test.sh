@@ -8,9 +8,7 @@ set -u
 zaya=$1 configs=$2
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/report.sh"
 
 docs=/usr/share/doc/python3.11/html/_sources
 [ -d "$docs" ] || { echo "FAIL: $docs is missing (scripts/setup.sh installs python3.11-doc)"; exit 1; }
@@ -102,5 +100,4 @@ out=$(train --run-dir "$tmp/g" --set optimizer.lr=-1 2>&1)
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+report
