@@ -145,6 +145,8 @@ FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const s
                                                                   snapshot.balancing_steps, snapshot.ranks)
                                                             .dump(2) +
                                                         "\n");
+    // Rank 0's files are everything but the optimizer shards (which the other ranks may be writing now,
+    // under temporary names that start the same way).
     for (const auto& entry : fs::directory_iterator(temp)) {
       const std::string name = entry.path().filename().string();
       if (!name.starts_with(kOptimizerPrefix)) written.push_back(name);
