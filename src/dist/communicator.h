@@ -49,8 +49,9 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 // True when this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
 bool launched_by_mpi();
 // MPI_COMM_WORLD; initialises MPI (funnelled threads: only the calling thread makes MPI calls) and
-// finalises it when destroyed.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// finalises it when destroyed. Larger buffers than max_elements_per_call (at most 2^31 - 1, MPI's `int`
+// counts) are moved in rounds; tests set it small to exercise that path.
+std::unique_ptr<Communicator> make_mpi_communicator(int64_t max_elements_per_call = 2147483647);
 
 // Part `index` of `total` items split into `parts` consecutive runs whose lengths differ by at most one.
 struct Share {

@@ -1,5 +1,5 @@
 // Communicators over MPI: MPI_COMM_WORLD and groups split from it. MPI counts are `int`: buffers past that
-// are moved in rounds.
+// (or past a smaller limit set for testing) are moved in rounds.
 
 #include <mpi.h>
 
@@ -13,8 +13,6 @@
 
 namespace zaya {
 namespace {
-
-constexpr int64_t kRound = int64_t(1) << 28;  // elements per MPI call when a buffer is split
 
 int64_t total(const std::vector<int64_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t(0));
@@ -33,14 +31,14 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
 class MpiCommunicator final : public Communicator {
  public:
   // The world: initialises MPI, and finalises it when destroyed.
-  MpiCommunicator() : comm_(MPI_COMM_WORLD), world_(true) {
+  explicit MpiCommunicator(int64_t limit) : comm_(MPI_COMM_WORLD), world_(true), limit_(limit) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     if (provided < MPI_THREAD_FUNNELED) throw Error("the MPI library does not support threads (funnelled)");
     describe();
   }
   // A group split from another; MPI stays up while the world communicator lives.
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), world_(false) { describe(); }
+  MpiCommunicator(MPI_Comm comm, int64_t limit) : comm_(comm), world_(false), limit_(limit) { describe(); }
   ~MpiCommunicator() override {
     if (world_) {
       MPI_Finalize();
@@ -64,19 +62,20 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) override {
     check_counts(counts);
-    if (total(counts) <= INT_MAX) {
+    if (total(counts) <= limit_) {
       MPI_Reduce_scatter(send, recv, to_int(counts).data(), MPI_FLOAT, MPI_SUM, comm_);
       return;
     }
-    // In rounds: each round reduces up to kRound elements of every rank's part, packed together.
+    // In rounds: each round reduces up to `step` elements of every rank's part, packed together.
     const std::vector<int64_t> offsets = offsets_of(counts);
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
+    const int64_t step = std::max<int64_t>(1, limit_ / size_);
     std::vector<float> staging;
-    for (int64_t start = 0; start < longest; start += kRound) {
+    for (int64_t start = 0; start < longest; start += step) {
       std::vector<int> round(counts.size());
       staging.clear();
       for (size_t r = 0; r < counts.size(); ++r) {
-        const int64_t n = std::clamp<int64_t>(counts[r] - start, 0, kRound);
+        const int64_t n = std::clamp<int64_t>(counts[r] - start, 0, step);
         round[r] = int(n);
         staging.insert(staging.end(), send + offsets[r] + start, send + offsets[r] + start + n);
       }
@@ -87,7 +86,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
     check_counts(counts);
     const std::vector<int64_t> offsets = offsets_of(counts);
-    if (total(counts) <= INT_MAX) {
+    if (total(counts) <= limit_) {
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, to_int(counts).data(), to_int(offsets).data(),
                      MPI_FLOAT, comm_);
       return;
@@ -101,15 +100,15 @@ class MpiCommunicator final : public Communicator {
     check_counts(send_counts);
     check_counts(recv_counts);
     if (total(send_counts) > INT_MAX || total(recv_counts) > INT_MAX)
-      throw Error("an all-to-all of more than 2^31 elements per rank is not supported");
+      throw Error("an all-to-all of more than 2^31 - 1 elements per rank is not supported");
     MPI_Alltoallv(send, to_int(send_counts).data(), to_int(offsets_of(send_counts)).data(), MPI_FLOAT, recv,
                   to_int(recv_counts).data(), to_int(offsets_of(recv_counts)).data(), MPI_FLOAT, comm_);
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
     char* cursor = static_cast<char*>(data);
-    for (int64_t done = 0; done < bytes; done += kRound) {
-      MPI_Bcast(cursor + done, int(std::min(kRound, bytes - done)), MPI_BYTE, root, comm_);
+    for (int64_t done = 0; done < bytes; done += limit_) {
+      MPI_Bcast(cursor + done, int(std::min(limit_, bytes - done)), MPI_BYTE, root, comm_);
     }
   }
 
@@ -132,7 +131,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm group;
     MPI_Comm_split(comm_, color, key, &group);
-    return std::make_unique<MpiCommunicator>(group);
+    return std::make_unique<MpiCommunicator>(group, limit_);
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);  // the whole job, whichever group this is
@@ -152,8 +151,8 @@ class MpiCommunicator final : public Communicator {
     int element = 0;
     MPI_Type_size(type, &element);
     char* cursor = static_cast<char*>(data);
-    for (int64_t done = 0; done < count; done += kRound) {
-      MPI_Allreduce(MPI_IN_PLACE, cursor + done * element, int(std::min(kRound, count - done)), type, op,
+    for (int64_t done = 0; done < count; done += limit_) {
+      MPI_Allreduce(MPI_IN_PLACE, cursor + done * element, int(std::min(limit_, count - done)), type, op,
                     comm_);
     }
   }
@@ -164,6 +163,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   bool world_;
+  int64_t limit_;  // elements (bytes for broadcasts) per MPI call
   int rank_ = 0, size_ = 1, local_size_ = 1;
 };
 
@@ -176,8 +176,10 @@ bool launched_by_mpi() {
   return false;
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>();
+std::unique_ptr<Communicator> make_mpi_communicator(int64_t max_elements_per_call) {
+  if (max_elements_per_call < 1 || max_elements_per_call > INT_MAX)
+    throw Error(cat("an MPI call moves 1 to ", INT_MAX, " elements, not ", max_elements_per_call));
+  return std::make_unique<MpiCommunicator>(max_elements_per_call);
 }
 
 }  // namespace zaya
