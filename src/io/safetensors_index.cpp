@@ -82,50 +82,68 @@ std::vector<std::string> WeightSet::names() const {
   return {unique.begin(), unique.end()};
 }
 
-void write_weight_set(const std::string& dir, const std::vector<std::pair<std::string, TensorView>>& tensors,
-                      size_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+std::vector<std::string> write_weight_set(const std::string& dir,
+                                          const std::vector<std::pair<std::string, TensorView>>& tensors,
+                                          size_t max_shard_bytes,
+                                          const std::map<std::string, std::string>& metadata) {
   fs::create_directories(dir);
   // Greedy packing in the given order; a tensor larger than the limit gets a shard of its own.
-  std::vector<SafetensorsWriter> shards(1);
-  std::vector<size_t> shard_of(tensors.size());
-  size_t total = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorView& view = tensors[i].second;
-    if (shards.back().data_bytes() > 0 && shards.back().data_bytes() + view.nbytes() > max_shard_bytes) {
+  std::vector<std::vector<std::pair<std::string, TensorView>>> shards(1);
+  std::vector<std::pair<std::string, size_t>> weight_map;
+  size_t total = 0, shard_bytes = 0;
+  for (const auto& [name, view] : tensors) {
+    if (shard_bytes > 0 && shard_bytes + view.nbytes() > max_shard_bytes) {
       shards.emplace_back();
+      shard_bytes = 0;
     }
-    shards.back().add(tensors[i].first, view);
-    shard_of[i] = shards.size() - 1;
+    shards.back().emplace_back(name, view);
+    weight_map.emplace_back(name, shards.size() - 1);
+    shard_bytes += view.nbytes();
     total += view.nbytes();
   }
-  for (SafetensorsWriter& shard : shards) {
-    for (const auto& [key, value] : metadata) shard.set_metadata(key, value);
-  }
 
-  std::set<std::string> written;
+  std::vector<std::string> written;
   if (shards.size() == 1) {
-    shards[0].write((fs::path(dir) / kSingleFile).string());
-    written.insert(kSingleFile);
+    SafetensorsWriter single;
+    for (const auto& [key, value] : metadata) single.set_metadata(key, value);
+    for (const auto& [name, view] : shards[0]) single.add(name, view);
+    single.write((fs::path(dir) / kSingleFile).string());
+    written.push_back(kSingleFile);
   } else {
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string name = shard_name(i, shards.size());
-      shards[i].write((fs::path(dir) / name).string());
-      written.insert(name);
-    }
-    json weight_map = json::object();
-    for (size_t i = 0; i < tensors.size(); ++i)
-      weight_map[tensors[i].first] = shard_name(shard_of[i], shards.size());
-    const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_file_atomic((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
-    written.insert(kIndexFile);
+    for (size_t i = 0; i < shards.size(); ++i)
+      written.push_back(write_weight_shard(dir, i, shards.size(), shards[i], metadata));
+    written.push_back(write_weight_index(dir, weight_map, shards.size(), total));
   }
   // A directory that held the other layout must not keep it: readers would pick the stale one.
+  const std::set<std::string> kept(written.begin(), written.end());
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     const bool weight_file = name == kSingleFile || name == kIndexFile ||
                              (name.starts_with("model-") && name.ends_with(".safetensors"));
-    if (weight_file && !written.count(name)) fs::remove(entry.path());
+    if (weight_file && !kept.count(name)) fs::remove(entry.path());
   }
+  return written;
+}
+
+std::string write_weight_shard(const std::string& dir, size_t index, size_t count,
+                               const std::vector<std::pair<std::string, TensorView>>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  SafetensorsWriter shard;
+  for (const auto& [key, value] : metadata) shard.set_metadata(key, value);
+  for (const auto& [name, view] : tensors) shard.add(name, view);
+  const std::string name = shard_name(index, count);
+  shard.write((fs::path(dir) / name).string());
+  return name;
+}
+
+std::string write_weight_index(const std::string& dir,
+                               const std::vector<std::pair<std::string, size_t>>& weight_map, size_t count,
+                               size_t total_bytes) {
+  json map = json::object();
+  for (const auto& [tensor, shard] : weight_map) map[tensor] = shard_name(shard, count);
+  const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", map}};
+  write_file_atomic((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
+  return kIndexFile;
 }
 
 }  // namespace zaya

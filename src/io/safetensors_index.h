@@ -30,7 +30,20 @@ class WeightSet {
 
 // Writes `tensors` into `dir` as one model.safetensors when they fit in max_shard_bytes, else as shards
 // plus the index, each file atomically. Stale weight files of a different layout are removed afterwards.
-void write_weight_set(const std::string& dir, const std::vector<std::pair<std::string, TensorView>>& tensors,
-                      size_t max_shard_bytes, const std::map<std::string, std::string>& metadata);
+// Returns the names of the files written.
+std::vector<std::string> write_weight_set(const std::string& dir,
+                                          const std::vector<std::pair<std::string, TensorView>>& tensors,
+                                          size_t max_shard_bytes,
+                                          const std::map<std::string, std::string>& metadata);
+
+// The same sharded layout written by several writers at once (the ranks of a run): each writes its shard
+// (index of count) and one of them the index, whose weight_map gives each tensor name its shard's index.
+// Return the file name written.
+std::string write_weight_shard(const std::string& dir, size_t index, size_t count,
+                               const std::vector<std::pair<std::string, TensorView>>& tensors,
+                               const std::map<std::string, std::string>& metadata);
+std::string write_weight_index(const std::string& dir,
+                               const std::vector<std::pair<std::string, size_t>>& weight_map, size_t count,
+                               size_t total_bytes);
 
 }  // namespace zaya

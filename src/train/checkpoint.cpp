@@ -66,6 +66,22 @@ std::vector<std::string> optimizer_files(const json& checksums) {
   return out;
 }
 
+// The model's tensors in table order, cut into at most `ranks` consecutive groups of about equal bytes:
+// [groups + 1] indices into the table. Rank r writes group r.
+std::vector<size_t> model_groups(const ParameterTable& table, int ranks) {
+  const std::vector<ParamInfo>& params = table.params();
+  int64_t total = 0, done = 0;
+  for (const ParamInfo& param : params) total += param.numel();
+  std::vector<size_t> starts = {0};
+  for (size_t i = 0; i < params.size(); ++i) {
+    done += params[i].numel();
+    const bool cut = done * ranks >= total * int64_t(starts.size());
+    if (cut && i + 1 < params.size() && int(starts.size()) < ranks) starts.push_back(i + 1);
+  }
+  starts.push_back(params.size());
+  return starts;
+}
+
 int64_t step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (!name.starts_with("step_")) return -1;
@@ -90,8 +106,11 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
   snapshot.optimizer_steps = optimizer.steps_taken();
   snapshot.balancing_steps = balancing.steps();
   snapshot.tokenizer_path = tokenizer_path;
-  if (rank == 0) {
-    for (const ParamInfo& param : params.table().params()) {
+  const std::vector<size_t> groups = model_groups(params.table(), ranks);
+  if (size_t(rank) + 1 < groups.size()) {
+    snapshot.first_model_param = groups[size_t(rank)];
+    for (size_t i = groups[size_t(rank)]; i < groups[size_t(rank) + 1]; ++i) {
+      const ParamInfo& param = params.table().params()[i];
       const float* values = params.value(param);
       snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
     }
@@ -130,27 +149,43 @@ FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const s
     }
     return out;
   };
+  // The model with its real shapes, so that the directory is a Hugging Face model as it stands.
+  const ParameterTable table(model_dims(snapshot.config));
+  std::vector<std::pair<std::string, TensorView>> model = views(0, snapshot.model_tensors);
+  for (size_t i = 0; i < model.size(); ++i)
+    model[i].second.shape = table.params()[snapshot.first_model_param + i].shape;
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (snapshot.ranks == 1) {
+    written = write_weight_set(temp.string(), model, size_t(5) << 30, metadata);
+  } else {
+    const std::vector<size_t> groups = model_groups(table, snapshot.ranks);
+    const size_t shards = groups.size() - 1;
+    if (size_t(snapshot.rank) < shards)
+      written.push_back(write_weight_shard(temp.string(), size_t(snapshot.rank), shards, model, metadata));
+    if (snapshot.rank == 0) {
+      std::vector<std::pair<std::string, size_t>> weight_map;
+      size_t bytes = 0;
+      for (size_t g = 0; g < shards; ++g) {
+        for (size_t i = groups[g]; i < groups[g + 1]; ++i) {
+          weight_map.emplace_back(table.params()[i].name, g);
+          bytes += size_t(table.params()[i].numel()) * sizeof(float);
+        }
+      }
+      written.push_back(write_weight_index(temp.string(), weight_map, shards, bytes));
+    }
+  }
   if (snapshot.rank == 0) {
-    // The model with its real shapes, so that the directory is a Hugging Face model as it stands.
-    const ParameterTable table(model_dims(snapshot.config));
-    std::vector<std::pair<std::string, TensorView>> model = views(0, snapshot.model_tensors);
-    for (size_t i = 0; i < model.size(); ++i) model[i].second.shape = table.params()[i].shape;
-    write_weight_set(temp.string(), model, size_t(5) << 30, {{"format", "pt"}});
     save_config(snapshot.config, (temp / "config.json").string());
     write_generation_config(snapshot.config, (temp / "generation_config.json").string());
+    written.insert(written.end(), {"config.json", "generation_config.json", kStateFile});
     if (!snapshot.tokenizer_path.empty()) {
       write_file_atomic((temp / "tokenizer.json").string(), read_text_file(snapshot.tokenizer_path));
+      written.push_back("tokenizer.json");
     }
     write_file_atomic((temp / kStateFile).string(), state_to_json(snapshot.state, snapshot.optimizer_steps,
                                                                   snapshot.balancing_steps, snapshot.ranks)
                                                             .dump(2) +
                                                         "\n");
-    // Rank 0's files are everything but the optimizer shards (which the other ranks may be writing now,
-    // under temporary names that start the same way).
-    for (const auto& entry : fs::directory_iterator(temp)) {
-      const std::string name = entry.path().filename().string();
-      if (!name.starts_with(kOptimizerPrefix)) written.push_back(name);
-    }
   }
   char shard_name[64];
   std::snprintf(shard_name, sizeof shard_name, "%s-%05d-of-%05d.safetensors", kOptimizerPrefix, snapshot.rank,

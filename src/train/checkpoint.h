@@ -1,6 +1,7 @@
 #pragma once
 // Checkpoints: everything a run needs to continue exactly, under RUN/checkpoints/step_<N>/:
-//   config.json, model.safetensors, generation_config.json  the model in Hugging Face's layout (float32)
+//   config.json, model*.safetensors, generation_config.json the model in Hugging Face's layout (float32;
+//                                                            one shard per rank, written in parallel)
 //   tokenizer.json                                           the run's tokenizer, so export is a copy
 //   optimizer-<r>-of-<R>.safetensors                         each rank's shard of the optimizer state
 //                                                            (AdamW moments / Muon momentum by parameter
@@ -38,15 +39,17 @@ struct TrainerState {
 };
 
 // One rank's part of the run at one step, copied on the training thread so that it can be written in the
-// background while training goes on. Rank 0's holds the model, the configuration and the trainer state.
+// background while training goes on: its share of the model's tensors (on several ranks, each writes one
+// shard of a sharded model directory), its optimizer shard, and on rank 0 the configuration and state.
 struct CheckpointSnapshot {
   int rank = 0, ranks = 1;
   ZayaConfig config;
   TrainerState state;
   int64_t optimizer_steps = 0, balancing_steps = 0;
   std::string tokenizer_path;
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // model (rank 0), then optimizer shard
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // model share, then optimizer shard
   size_t model_tensors = 0;                                         // the first ones are the model's
+  size_t first_model_param = 0;  // the model share's first tensor, as an index into the parameter table
 };
 
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,

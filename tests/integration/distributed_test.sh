@@ -28,7 +28,7 @@ args=(train "$configs/tiny.toml" --set "data.tokenizer=\"$tmp/tokenizer.json\""
       --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
       --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
 losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
-final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")/model.safetensors"; }
+final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }  # a model directory
 # Steps both files hold must agree to 1e-5 in loss; prints the worst difference.
 same_losses() {
   join <(losses "$1" | sort -k1,1) <(losses "$2" | sort -k1,1) \

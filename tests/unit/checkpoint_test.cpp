@@ -167,9 +167,14 @@ TEST(Checkpoint, ShardsWrittenAtTwoRanksLoadAtAnyRankCount) {
   const std::string found = find_checkpoint(dir.path());
   ASSERT_EQ(fs::path(found).filename(), "step_20");
   EXPECT_TRUE(fs::exists(found + "/optimizer-00001-of-00002.safetensors"));
+  // Each rank wrote one shard of the model, rank 0 the index: a sharded Hugging Face model directory.
+  EXPECT_TRUE(fs::exists(found + "/model-00002-of-00002.safetensors"));
+  EXPECT_TRUE(fs::exists(found + "/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(found + "/model.safetensors"));
 
   RunState whole(2);
   load_checkpoint(found, whole.params, whole.optimizer, whole.balancing);
+  EXPECT_EQ(std::memcmp(whole.params.values(), saved.params.values(), size_t(floats) * 4), 0);
   const OptimizerShards three = plan_optimizer_shards(saved.optimizer.assignments(), floats, 3);
   RunState other(3);
   Optimizer third(other.params, {}, cpu_ops(), {three.begin(1), three.end(1)});
