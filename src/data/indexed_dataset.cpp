@@ -1,9 +1,5 @@
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -25,19 +21,6 @@ T load(const unsigned char* at) {
 
 bool valid_code(uint8_t code) {
   return code == 1 || code == 2 || code == 3 || code == 4 || code == 5 || code == 8;
-}
-
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* cursor = static_cast<const char*>(data);
-  while (bytes) {
-    const ssize_t written = ::write(fd, cursor, bytes);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      throw Error(cat("write failed: ", std::strerror(errno))).file(path);
-    }
-    cursor += written;
-    bytes -= size_t(written);
-  }
 }
 
 }  // namespace
@@ -178,17 +161,12 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t count, int32
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
-    : prefix_(std::move(prefix)),
-      bin_temp_(prefix_ + ".bin.tmp." + std::to_string(::getpid())),
-      dtype_(dtype) {
-  bin_fd_ = ::open(bin_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (bin_fd_ < 0) throw Error(cat("cannot create: ", std::strerror(errno))).file(bin_temp_);
+    : prefix_(std::move(prefix)), dtype_(dtype), bin_(prefix_ + ".bin") {
+  if (dtype_ != TokenDType::UInt16 && dtype_ != TokenDType::Int32)
+    throw Error("zaya writes uint16 or int32 tokens").file(prefix_ + ".bin");
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_fd_ >= 0) ::close(bin_fd_);
-  if (!finished_) ::unlink(bin_temp_.c_str());
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
   const size_t item = token_dtype_size(dtype_);
@@ -206,18 +184,12 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
       std::memcpy(staging_.data() + 4 * size_t(i), &tokens[i], 4);
     }
   }
-  write_all(bin_fd_, staging_.data(), staging_.size(), bin_temp_);
+  bin_.write(staging_.data(), staging_.size());
   lengths_.push_back(int32_t(count));
   tokens_ += count;
 }
 
 void IndexedDatasetWriter::finish() {
-  if (dtype_ != TokenDType::UInt16 && dtype_ != TokenDType::Int32)
-    throw Error("zaya writes uint16 or int32 tokens");
-  if (::fsync(bin_fd_) != 0) throw Error(cat("fsync failed: ", std::strerror(errno))).file(bin_temp_);
-  ::close(bin_fd_);
-  bin_fd_ = -1;
-
   const uint64_t sequences = lengths_.size(), documents = sequences + 1, version = 1;
   std::vector<unsigned char> index(kHeaderBytes + sequences * 12 + documents * 8);
   unsigned char* p = index.data();
@@ -237,10 +209,7 @@ void IndexedDatasetWriter::finish() {
     std::memcpy(p + kHeaderBytes + sequences * 12 + d * 8, &start, 8);
   }
 
-  const std::string bin = prefix_ + ".bin";
-  if (::rename(bin_temp_.c_str(), bin.c_str()) != 0)
-    throw Error(cat("rename failed: ", std::strerror(errno))).file(bin);
-  finished_ = true;
+  bin_.commit();
   write_file_atomic(prefix_ + ".idx", {reinterpret_cast<const char*>(index.data()), index.size()});
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "io/atomic_file.h"
 
 namespace zaya {
 
@@ -65,13 +66,12 @@ class IndexedDatasetWriter {
   int64_t tokens() const { return tokens_; }
 
  private:
-  std::string prefix_, bin_temp_;
+  std::string prefix_;
   TokenDType dtype_;
-  int bin_fd_ = -1;
+  AtomicFileWriter bin_;  // PREFIX.bin under a temporary name until finish()
   std::vector<int32_t> lengths_;
   std::vector<unsigned char> staging_;
   int64_t tokens_ = 0;
-  bool finished_ = false;
 };
 
 }  // namespace zaya
