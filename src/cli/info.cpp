@@ -82,8 +82,9 @@ void run_info(const InfoArgs& args) {
 void add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   CLI::App* command = app.add_subcommand("info", "parameter counts and FLOPs per token of a model");
-  args->source.add_options(*command, true, true, true);
-  command->add_option("--train-config", args->train_config, "a run's TOML file: its model and stages");
+  CLI::Option* train_config =
+      command->add_option("--train-config", args->train_config, "a run's TOML file: its model and stages");
+  args->source.add_options(*command, true, true, train_config);
   command->add_option("--seq", args->seq, "sequence length for the attention FLOPs")
       ->check(CLI::PositiveNumber);
   command->callback([args] { run_info(*args); });

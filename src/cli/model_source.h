@@ -7,16 +7,18 @@
 
 namespace CLI {
 class App;
-}
+class Option;
+}  // namespace CLI
 
 namespace zaya::cli {
 
 struct ModelSource {
   std::string preset, config_file, model_dir;
 
-  // Adds --preset and, when asked, --config and --model, exactly one of which must be given (or none, when
-  // another option of the command can name the model instead).
-  void add_options(CLI::App& command, bool allow_config, bool allow_model, bool optional = false);
+  // Adds --preset and, when asked, --config and --model, exactly one of which must be given; `alternative`,
+  // another option of the command that can name the model instead, counts as one of them.
+  void add_options(CLI::App& command, bool allow_config, bool allow_model,
+                   CLI::Option* alternative = nullptr);
   ZayaConfig config() const;
   std::string describe() const;  // "preset small", "model runs/x", ...
 };
