@@ -85,6 +85,18 @@ StepPlan plan_step(const TrainConfig& config, const BatchRamp& ramp, int64_t sta
   return {stage, 0};
 }
 
+// Windows [count, seq + 1] into model inputs [count, seq] and their next-token labels [count, seq].
+void split_windows(const std::vector<int32_t>& windows, int64_t count, int64_t seq, std::vector<int32_t>& ids,
+                   std::vector<int32_t>& labels) {
+  ids.clear();
+  labels.clear();
+  for (int64_t w = 0; w < count; ++w) {
+    const int32_t* window = windows.data() + w * (seq + 1);
+    ids.insert(ids.end(), window, window + seq);
+    labels.insert(labels.end(), window + 1, window + seq + 1);
+  }
+}
+
 // Builds this rank's part of the next global batch on a background thread while the current step trains:
 // of the batch's micro-batches, rank r takes the r-th share of an even split.
 class BatchPrefetcher {
@@ -144,21 +156,18 @@ class Evaluator {
     const int64_t mine = share.count;
     std::vector<int32_t> data(size_t(mine * (seq + 1))), ids, labels;
     loader_->next(windows, share.first, mine, data.data());
+    split_windows(data, mine, seq, ids, labels);
     double loss = 0;
     int64_t labelled = 0, bytes = 0;
     const bool count_bytes = bytes_[size_t(stage)] == 0;
+    for (int64_t w = 0; w < mine && count_bytes; ++w) {
+      const int32_t* targets = labels.data() + w * seq;
+      bytes += int64_t(tokenizer_.decode(std::vector<int32_t>(targets, targets + seq)).size());
+    }
     for (int64_t first = 0; first < mine; first += micro) {
       const int64_t n = std::min(micro, mine - first);
-      ids.clear();
-      labels.clear();
-      for (int64_t w = first; w < first + n; ++w) {
-        const int32_t* window = data.data() + w * (seq + 1);
-        ids.insert(ids.end(), window, window + seq);
-        labels.insert(labels.end(), window + 1, window + seq + 1);
-        if (count_bytes)
-          bytes += int64_t(tokenizer_.decode(std::vector<int32_t>(window + 1, window + seq + 1)).size());
-      }
-      const ForwardResult result = model.forward({ids.data(), labels.data(), nullptr, n, seq});
+      const ForwardResult result =
+          model.forward({ids.data() + first * seq, labels.data() + first * seq, nullptr, n, seq});
       loss += result.loss_sum;
       labelled += result.labelled;
     }
@@ -320,8 +329,10 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
         take_snapshot(model_config, params, optimizer, balancing, state, config.data.tokenizer, rank, ranks));
     if (wait) checkpoints.finish();
   };
+  double flops_per_token = 0;  // of a training step at the stage's sequence length
   auto enter_stage = [&](int64_t stage) {
     const StageConfig& s = config.stages[size_t(stage)];
+    flops_per_token = model_stats(params.table(), params.dims(), s.seq_len).training_flops_per_token;
     if (s.rope_theta > 0) {
       model.set_rope_theta(s.rope_theta);
       for (auto& [type, rope] : model_config.rope_parameters) rope.rope_theta = s.rope_theta;
@@ -354,6 +365,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   prefetch.request(plan.stage, plan.sequences);
   auto last_save = Clock::now();
   double smoothed_rate = 0;
+  std::vector<int32_t> ids, labels;  // [this rank's sequences, seq_len], reused from step to step
   while (true) {
     BatchPrefetcher::Batch batch = prefetch.take();
     const StageConfig& stage = config.stages[size_t(plan.stage)];
@@ -364,20 +376,11 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     if (config.debug.fail_step == state.step + 1 && config.debug.fail_rank == rank)
       throw Error(cat("injected failure at step ", state.step + 1)).field("debug.fail_step");
 
-    std::vector<std::vector<int32_t>> ids, labels;
+    split_windows(batch.windows, batch.mine, seq, ids, labels);
     std::vector<Batch> micro_batches;
-    for (int64_t first = 0; first < batch.mine; first += config.batch.micro_batch) {
-      ids.emplace_back();
-      labels.emplace_back();
-      for (int64_t w = first; w < first + config.batch.micro_batch; ++w) {
-        const int32_t* window = batch.windows.data() + w * (seq + 1);
-        ids.back().insert(ids.back().end(), window, window + seq);
-        labels.back().insert(labels.back().end(), window + 1, window + seq + 1);
-      }
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      micro_batches.push_back({ids[i].data(), labels[i].data(), nullptr, config.batch.micro_batch, seq});
-    }
+    const int64_t micro = config.batch.micro_batch;
+    for (int64_t first = 0; first < batch.mine; first += micro)
+      micro_batches.push_back({ids.data() + first * seq, labels.data() + first * seq, nullptr, micro, seq});
     const double lr_factor = lr_multiplier(config.schedule, state.tokens + step_tokens, total) *
                              ramp.lr_factor(state.tokens) * stage.lr_multiplier;
 
@@ -414,8 +417,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     m.grad_norm = report.optimizer.grad_norm;
     m.clip = report.optimizer.clip_factor;
     m.tokens_per_second = rate;
-    m.mfu = model_stats(params.table(), params.dims(), seq).training_flops_per_token * rate /
-            (gemm_flops * ranks);
+    m.mfu = flops_per_token * rate / (gemm_flops * ranks);
     m.eta_seconds = double(total - state.tokens) / smoothed_rate;
     m.step_seconds = seconds;
     m.communication_seconds = report.communication_seconds;
