@@ -201,15 +201,7 @@ std::unique_ptr<Decoder> parse_decoder(const JsonField& json) {
   if (json.is_null()) return nullptr;
   const std::string type = json.type();
   if (type == "Sequence") {
-    json.check_depth(kMaxNesting);
-    const JsonField list = json["decoders"];
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const JsonField step = list.at(i);
-      if (step.is_null()) step.fail("expected a decoder");
-      steps.push_back(parse_decoder(step));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<Sequence>(parse_steps<Decoder>(json, "decoders", "a decoder", parse_decoder));
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevel>();
   if (type == "Replace") {

@@ -3,10 +3,12 @@
 // naming the file and the field (e.g. `pre_tokenizer.pretokenizers[1].type`). Internal to src/data.
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "data/tokenizer_pattern.h"
@@ -62,6 +64,22 @@ class JsonField {
   const std::string* file_;
   int depth_;
 };
+
+// The steps of a "Sequence" component: each entry of the list `key`, read by `parse`; `what` names one step
+// in the error for a null entry.
+template <class Component, class Parse>
+std::vector<std::unique_ptr<Component>> parse_steps(const JsonField& json, std::string_view key,
+                                                    const char* what, Parse parse) {
+  json.check_depth(kMaxNesting);
+  const JsonField list = json[key];
+  std::vector<std::unique_ptr<Component>> steps;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const JsonField step = list.at(i);
+    if (step.is_null()) step.fail(std::string("expected ") + what);
+    steps.push_back(parse(step));
+  }
+  return steps;
+}
 
 // A SplitPattern / ReplacePattern: {"String": literal} or {"Regex": pattern}.
 TextPattern parse_text_pattern(const JsonField& pattern);

@@ -153,15 +153,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const JsonField& json) {
   if (json.is_null()) return nullptr;
   const std::string type = json.type();
   if (type == "Sequence") {
-    json.check_depth(kMaxNesting);
-    const JsonField list = json["normalizers"];
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const JsonField step = list.at(i);
-      if (step.is_null()) step.fail("expected a normalizer");
-      steps.push_back(parse_normalizer(step));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<Sequence>(
+        parse_steps<Normalizer>(json, "normalizers", "a normalizer", parse_normalizer));
   }
   if (type == "NFC") return std::make_unique<UnicodeForm>(unicode::NormalForm::nfc);
   if (type == "NFD") return std::make_unique<UnicodeForm>(unicode::NormalForm::nfd);

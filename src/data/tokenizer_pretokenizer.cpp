@@ -214,15 +214,8 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const JsonField& json) {
   if (json.is_null()) return nullptr;
   const std::string type = json.type();
   if (type == "Sequence") {
-    json.check_depth(kMaxNesting);
-    const JsonField list = json["pretokenizers"];
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const JsonField step = list.at(i);
-      if (step.is_null()) step.fail("expected a pre-tokenizer");
-      steps.push_back(parse_pre_tokenizer(step));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<Sequence>(
+        parse_steps<PreTokenizer>(json, "pretokenizers", "a pre-tokenizer", parse_pre_tokenizer));
   }
   if (type == "ByteLevel") {
     return std::make_unique<ByteLevel>(json["add_prefix_space"].boolean(true),
