@@ -11,6 +11,17 @@
 
 namespace zaya {
 
+// A collective that was started without waiting for it. Its buffers (and the counts it was given) must
+// stay as they are until wait() returns. MPI moves a collective on only inside its own calls: progress()
+// is such a call that never blocks, for the caller to make now and then while it computes something else.
+// One dropped unfinished is left to the engine: that happens only on the way to an abort.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool progress() = 0;  // true once done
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -25,7 +36,12 @@ class Communicator {
   virtual void all_reduce_max(int64_t* data, int64_t count) = 0;
   // `send` holds counts[r] elements for each rank r, one after the other; this rank's part of the sum over
   // ranks lands in `recv` (counts[rank()] elements). send and recv must not overlap.
-  virtual void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) = 0;
+  void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) {
+    start_reduce_scatter_sum(send, recv, counts)->wait();
+  }
+  // The same, started: several may be in flight, started in the same order on every rank.
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
+                                                                      std::vector<int64_t> counts) = 0;
   // `data` holds counts[r] elements for each rank r, one after the other; each rank's own part is read
   // from its place and every other part is filled in from its rank.
   virtual void all_gather(float* data, const std::vector<int64_t>& counts) = 0;

@@ -28,6 +28,21 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return offsets;
 }
 
+// Nonblocking MPI requests with what they read until they complete (MPI keeps pointers to the counts).
+class MpiPending final : public PendingCollective {
+ public:
+  bool progress() override {
+    int done = 0;
+    MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  }
+  void wait() override { MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE); }
+
+  std::vector<MPI_Request> requests;
+  std::vector<std::vector<int>> counts;     // [requests][ranks]
+  std::vector<std::vector<float>> staging;  // [requests][packed parts], when moved in rounds
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // The world: initialises MPI, and finalises it when destroyed.
@@ -60,27 +75,37 @@ class MpiCommunicator final : public Communicator {
     all_reduce(data, count, MPI_INT64_T, MPI_MAX);
   }
 
-  void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
+                                                              std::vector<int64_t> counts) override {
     check_counts(counts);
+    auto pending = std::make_unique<MpiPending>();
     if (total(counts) <= limit_) {
-      MPI_Reduce_scatter(send, recv, to_int(counts).data(), MPI_FLOAT, MPI_SUM, comm_);
-      return;
+      pending->counts.push_back(to_int(counts));
+      pending->requests.emplace_back();
+      MPI_Ireduce_scatter(send, recv, pending->counts.back().data(), MPI_FLOAT, MPI_SUM, comm_,
+                          &pending->requests.back());
+      return pending;
     }
-    // In rounds: each round reduces up to `step` elements of every rank's part, packed together.
+    // In rounds: each reduces up to `step` elements of every rank's part, packed together.
     const std::vector<int64_t> offsets = offsets_of(counts);
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
     const int64_t step = std::max<int64_t>(1, limit_ / size_);
-    std::vector<float> staging;
-    for (int64_t start = 0; start < longest; start += step) {
-      std::vector<int> round(counts.size());
-      staging.clear();
+    const size_t rounds = size_t((longest + step - 1) / step);
+    pending->counts.resize(rounds);
+    pending->staging.resize(rounds);
+    pending->requests.resize(rounds);
+    for (size_t i = 0; i < rounds; ++i) {
+      const int64_t start = int64_t(i) * step;
+      std::vector<float>& staging = pending->staging[i];
       for (size_t r = 0; r < counts.size(); ++r) {
         const int64_t n = std::clamp<int64_t>(counts[r] - start, 0, step);
-        round[r] = int(n);
+        pending->counts[i].push_back(int(n));
         staging.insert(staging.end(), send + offsets[r] + start, send + offsets[r] + start + n);
       }
-      MPI_Reduce_scatter(staging.data(), recv + start, round.data(), MPI_FLOAT, MPI_SUM, comm_);
+      MPI_Ireduce_scatter(staging.data(), recv + start, pending->counts[i].data(), MPI_FLOAT, MPI_SUM, comm_,
+                          &pending->requests[i]);
     }
+    return pending;
   }
 
   void all_gather(float* data, const std::vector<int64_t>& counts) override {

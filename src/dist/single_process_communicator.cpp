@@ -8,6 +8,12 @@
 namespace zaya {
 namespace {
 
+class Done final : public PendingCollective {
+ public:
+  bool progress() override { return true; }
+  void wait() override {}
+};
+
 class SingleProcessCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
@@ -17,8 +23,10 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce_sum(double*, int64_t) override {}
   void all_reduce_sum(int64_t*, int64_t) override {}
   void all_reduce_max(int64_t*, int64_t) override {}
-  void reduce_scatter_sum(const float* send, float* recv, const std::vector<int64_t>& counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
+                                                              std::vector<int64_t> counts) override {
     std::memcpy(recv, send, size_t(counts.at(0)) * sizeof(float));
+    return std::make_unique<Done>();
   }
   void all_gather(float*, const std::vector<int64_t>&) override {}
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,

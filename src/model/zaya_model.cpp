@@ -256,6 +256,7 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
     attention_backward(int(l), batch, a, d_attn, d_xn);
     if (batch.attention_mask) ops_.mask_rows(d_xn, T, H, batch.attention_mask);
     ops_.rmsnorm_backward(a.x_in, w.input_norm, a.rstd1, d_xn, T, H, d_x, true, g.input_norm);
+    if (layer_backward_hook_) layer_backward_hook_(l);
   }
   ops_.embedding_backward(batch.input_ids, T, w_.embed, H, w_.input_bias, w_.input_scale, d_x,
                           dims_.pad_token_id, g_.embed, g_.input_bias, g_.input_scale);

@@ -3,6 +3,7 @@
 // activation the backward pass needs kept in an arena sized by the first step (no allocation afterwards).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -74,6 +75,11 @@ class ZayaModel {
   // (forward, decode_step) stays local: every rank holds every expert's weights. Null: all local. Throws
   // Error when the group's size does not divide the experts.
   void set_expert_group(Communicator* group);
+  // Called in forward_backward once each decoder layer's backward has added all of that layer's gradients
+  // (layers last to first), so that their data-parallel reduction can start there. Empty: none.
+  void set_layer_backward_hook(std::function<void(int64_t layer)> hook) {
+    layer_backward_hook_ = std::move(hook);
+  }
   // A new RoPE base for every layer (a training stage may extend the context this way).
   void set_rope_theta(double theta) {
     for (LayerDims& layer : dims_.layer) layer.rope_theta = theta;
@@ -125,7 +131,8 @@ class ZayaModel {
   RouterAuxLoss aux_;
   Communicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
-  bool training_ = false;                  // the current pass is forward_backward's
+  std::function<void(int64_t)> layer_backward_hook_;
+  bool training_ = false;  // the current pass is forward_backward's
   float loss_scale_ = 0;
   float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
   float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output

@@ -66,6 +66,7 @@ void MetricsLog::step(const StepMetrics& m) {
   if (m.ranks > 1) {
     record["ranks"] = m.ranks;
     record["communication_seconds"] = m.communication_seconds;
+    record["gradient_reduction_seconds"] = m.gradient_seconds;
     record["communication_bytes"] = m.communication_bytes;
   }
   nlohmann::json routing = nlohmann::json::array();

@@ -143,6 +143,9 @@ void read_run(TomlReader section, RunSection& out) {
   if (out.threads < 0) section.fail("threads", "must not be negative");
   out.expert_parallel = int(section.integer("expert_parallel", out.expert_parallel));
   if (out.expert_parallel < 1) section.fail("expert_parallel", "must be at least 1");
+  out.gradient_bucket_mb = section.number("gradient_bucket_mb", out.gradient_bucket_mb);
+  if (!(out.gradient_bucket_mb >= 0 && out.gradient_bucket_mb <= 1e6))
+    section.fail("gradient_bucket_mb", "must be between 0 and 1000000");
   section.finish();
 }
 

@@ -20,6 +20,9 @@ struct RunSection {
   int threads = 0;  // 0: all cores (or OMP_NUM_THREADS), shared among the ranks on one machine
   // Ranks that share each layer's experts (consecutive ranks; must divide the rank count and the experts).
   int expert_parallel = 1;
+  // Data parallel: the size of a gradient bucket, whose reduction over the ranks starts as soon as the
+  // backward pass has finished its layers (0: one reduction after the backward pass).
+  double gradient_bucket_mb = 25;
 };
 
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.

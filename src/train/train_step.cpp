@@ -3,24 +3,23 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
 #include "dist/communicator.h"
+#include "train/gradient_reducer.h"
 
 namespace zaya {
 
 TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing,
-                     Communicator& comm, OptimizerShards shards)
-    : model_(model),
-      optimizer_(optimizer),
-      balancing_(balancing),
-      comm_(comm),
-      shards_(std::move(shards)),
-      owned_grads_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float)) {
+                     Communicator& comm, OptimizerShards shards, int64_t bucket_floats)
+    : model_(model), optimizer_(optimizer), balancing_(balancing), comm_(comm), shards_(std::move(shards)) {
+  if (comm.size() > 1)
+    reducer_ = std::make_unique<GradientReducer>(model.params().table(), shards_, comm, bucket_floats);
   for (const ParamInfo& param : model.params().table().params()) {
     if (param.role == ParamRole::BalancingBias) biases_.push_back(model.params().value(param));
   }
 }
+
+TrainStep::~TrainStep() = default;
 
 StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_factor) {
   using Clock = std::chrono::steady_clock;
@@ -52,8 +51,15 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     stats.prob_sums.assign(size_t(routes), 0.0);
   }
   double loss_sum = 0, aux_sum = 0;
-  for (const Batch& batch : micro_batches) {
-    const ForwardResult result = model_.forward_backward(batch, loss_scale);
+  // The gradients are summed over ranks while the last micro-batch's backward pass goes on (each bucket
+  // once the layers in it are final). Collective: a rank without micro-batches, or a step with a
+  // non-finite loss, takes part all the same.
+  const int64_t gradient_bytes = params.table().total_floats() * int64_t(sizeof(float));
+  if (reducer_) reducer_->start(params.grads());
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    if (reducer_ && m + 1 == micro_batches.size())
+      model_.set_layer_backward_hook([this](int64_t layer) { reducer_->layer_done(layer); });
+    const ForwardResult result = model_.forward_backward(micro_batches[m], loss_scale);
     loss_sum += result.loss_sum;
     aux_sum += result.aux_loss_sum;
     for (int64_t l = 0; l < layers; ++l) {
@@ -66,6 +72,13 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
       to.entropy_sum += from.entropy_sum;
       to.lse_square_sum += from.lse_square_sum;
     }
+  }
+  if (reducer_) {
+    model_.set_layer_backward_hook({});
+    reducer_->finish();
+    report.gradient_seconds = reducer_->seconds();
+    report.communication_seconds += reducer_->seconds();
+    report.communication_bytes += gradient_bytes;
   }
   // Everything a metric or the balancing update reads is summed over ranks, in one call per type.
   std::vector<int64_t> route_counts;
@@ -99,14 +112,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.skipped = true;
     return report;
   }
-  // The summed gradient of each rank's shard lands on it; the squared norm is summed over shards.
-  const int rank = comm_.rank();
-  float* owned = params.grads() + shards_.begin(rank);
-  if (comm_.size() > 1) {
-    collective(params.table().total_floats() * int64_t(sizeof(float)),
-               [&] { comm_.reduce_scatter_sum(params.grads(), owned_grads_.as<float>(), shards_.counts()); });
-    std::memcpy(owned, owned_grads_.as<float>(), owned_grads_.size());
-  }
+  // Each rank holds the summed gradient of its own range; the squared norm is summed over ranges.
   double grad_sum_squares = optimizer_.owned_grad_sum_squares();
   collective(sizeof grad_sum_squares, [&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
   report.optimizer = optimizer_.step(lr_factor, std::sqrt(grad_sum_squares));
@@ -114,8 +120,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.skipped = true;
     return report;
   }
-  collective(params.table().total_floats() * int64_t(sizeof(float)),
-             [&] { comm_.all_gather(params.values(), shards_.counts()); });
+  collective(gradient_bytes, [&] { comm_.all_gather(params.values(), shards_.counts()); });
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   balancing_.update(counts, biases_);

@@ -2,14 +2,15 @@
 // One optimizer step over a global batch: every micro-batch's forward and backward accumulated into the
 // gradients, then the Muon/AdamW update and the balancing-bias update, with the metrics of the step.
 // Data parallel: each rank runs its own micro-batches of the global batch; the gradients are summed over
-// ranks onto the rank that owns each parameter's optimizer state (a reduce-scatter), each owner updates
-// its parameters, and the new values are all-gathered. Loss, token counts and routing counts are summed
+// ranks onto the rank that owns each parameter's optimizer state (reduce-scatters in buckets, started
+// during the last backward pass: train/gradient_reducer.h), each owner updates its parameters, and the
+// new values are all-gathered. Loss, token counts and routing counts are summed
 // over ranks first, so the step is the one-process step of the whole global batch.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "core/buffer.h"
 #include "model/zaya_model.h"
 #include "optim/balancing.h"
 #include "optim/optimizer.h"
@@ -18,6 +19,7 @@
 namespace zaya {
 
 class Communicator;
+class GradientReducer;
 
 struct RoutingMetrics {
   std::vector<double> fractions;  // [routes] share of the batch's tokens per route (skip last)
@@ -30,7 +32,9 @@ struct StepReport {
   double loss = 0;                   // mean cross-entropy over the labelled positions of the global batch
   double aux_loss = 0;               // auxiliary router losses per token (0 when off)
   int64_t tokens = 0, labelled = 0;  // of the global batch
-  double communication_seconds = 0;  // in collectives (including waiting for the slowest rank)
+  double communication_seconds = 0;  // in collectives (including waiting for the slowest rank), not
+                                     // counting the gradient buckets' time in flight behind the backward
+  double gradient_seconds = 0;       // of which the gradient reduction's
   int64_t communication_bytes = 0;   // handed to them by this rank (the experts' all-to-alls not counted)
   double lr_factor = 0;
   OptimizerStepStats optimizer;
@@ -40,9 +44,11 @@ struct StepReport {
 
 class TrainStep {
  public:
-  // shards: the optimizer ranges of comm's ranks; `optimizer` owns this rank's.
+  // shards: the optimizer ranges of comm's ranks; `optimizer` owns this rank's. bucket_floats: the size of
+  // a gradient bucket (0: one reduction after the backward pass).
   TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing, Communicator& comm,
-            OptimizerShards shards);
+            OptimizerShards shards, int64_t bucket_floats);
+  ~TrainStep();
 
   // micro_batches: this rank's part of the global batch. The loss of each micro-batch is scaled by
   // 1 / (labelled positions of the global batch), so that K micro-batches over R ranks give the gradient
@@ -55,8 +61,8 @@ class TrainStep {
   BalancingController& balancing_;
   Communicator& comm_;
   OptimizerShards shards_;
-  AlignedBuffer owned_grads_;   // [this rank's shard] the reduce-scatter's destination
-  std::vector<float*> biases_;  // each layer's balancing_biases
+  std::unique_ptr<GradientReducer> reducer_;  // with more than one rank
+  std::vector<float*> biases_;                // each layer's balancing_biases
 };
 
 // The metrics of per-layer route counts and router statistics summed over a batch of `tokens` tokens.

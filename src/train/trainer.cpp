@@ -268,7 +268,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
 
   ZayaModel model(params, ops);
   model.set_router_aux_loss(config.aux_loss);
-  TrainStep train_step(model, optimizer, balancing, comm, shards);
+  TrainStep train_step(model, optimizer, balancing, comm, shards,
+                       int64_t(config.run.gradient_bucket_mb * 1e6 / sizeof(float)));
   // Data parallel, the global batch does not depend on the rank count: its micro-batches are shared out
   // over the ranks, as evenly as they go, so that a run sees the same data on any number of ranks. Expert
   // parallel, every rank of a group must run as many micro-batches as the others (each is a collective of
@@ -421,6 +422,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     m.eta_seconds = double(total - state.tokens) / smoothed_rate;
     m.step_seconds = seconds;
     m.communication_seconds = report.communication_seconds;
+    m.gradient_seconds = report.gradient_seconds;
     m.communication_bytes = report.communication_bytes;
     m.sequences = batch.sequences;
     m.seq_len = seq;

@@ -77,6 +77,35 @@ void check_all(Communicator& comm) {
     expect(comm, good, "all-gather of " + std::to_string(total) + " elements");
   }
 
+  {
+    // Three reduce-scatters in flight at once (one MPI call, then rounds), moved on while in flight and
+    // completed out of order; each lands as the blocking one does.
+    std::vector<std::vector<float>> sends, recvs;
+    std::vector<std::vector<int64_t>> all_counts;
+    std::vector<std::unique_ptr<zaya::PendingCollective>> pending;
+    for (int64_t base : {int64_t(0), int64_t(3), int64_t(9)}) {
+      all_counts.push_back(counts_for(P, base));
+      int64_t total = 0;
+      for (int64_t c : all_counts.back()) total += c;
+      sends.emplace_back(static_cast<size_t>(total));
+      recvs.emplace_back(static_cast<size_t>(all_counts.back()[size_t(r)]), -1.0f);
+      for (int64_t j = 0; j < total; ++j) sends.back()[size_t(j)] = float(r * 10 + base + j);
+    }
+    for (size_t i = 0; i < sends.size(); ++i)
+      pending.push_back(comm.start_reduce_scatter_sum(sends[i].data(), recvs[i].data(), all_counts[i]));
+    for (auto& p : pending) p->progress();
+    for (size_t i = pending.size(); i-- > 0;) pending[i]->wait();
+    bool good = true;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      const int64_t base = all_counts[i][0];
+      int64_t offset = 0;
+      for (int q = 0; q < r; ++q) offset += all_counts[i][size_t(q)];
+      for (int64_t k = 0; k < all_counts[i][size_t(r)]; ++k)
+        good &= recvs[i][size_t(k)] == float(10 * rank_sum + P * (base + offset + k));
+    }
+    expect(comm, good, "three reduce-scatters in flight at once");
+  }
+
   std::vector<int64_t> send_counts, recv_counts;
   std::vector<float> send;
   for (int q = 0; q < P; ++q) {

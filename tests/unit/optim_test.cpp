@@ -18,6 +18,7 @@
 #include "optim/optimizer_shards.h"
 #include "optim/param_groups.h"
 #include "optim/schedule.h"
+#include "train/gradient_reducer.h"
 #include "train/train_step.h"
 
 namespace zaya {
@@ -324,9 +325,9 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
   const int64_t floats = split.table().total_floats();
   TrainStep split_step(split_model, split_opt, split_bal, *comm,
-                       plan_optimizer_shards(split_opt.assignments(), floats, 1));
+                       plan_optimizer_shards(split_opt.assignments(), floats, 1), 0);
   TrainStep whole_step(whole_model, whole_opt, whole_bal, *comm,
-                       plan_optimizer_shards(whole_opt.assignments(), floats, 1));
+                       plan_optimizer_shards(whole_opt.assignments(), floats, 1), 0);
 
   std::vector<Batch> parts;
   for (int64_t k = 0; k < sequences / micro; ++k) {
@@ -399,6 +400,65 @@ TEST(OptimizerShards, ShardedUpdatesEqualTheWholeUpdate) {
                           count * 4),
               0)
         << "rank " << r;
+  }
+}
+
+// Gradient buckets cover the flat layout once, in the order the backward pass finishes it: each decoder
+// layer's parameters in a bucket that starts at or after that layer's backward, the rest at the end.
+TEST(GradientBuckets, CoverTheLayoutOnceInTheOrderBackwardFinishesIt) {
+  const ParameterStore store(model_dims(preset_config("tiny")));
+  const ParameterTable& table = store.table();
+  const int64_t total = table.total_floats(), layers = store.dims().layers;
+  int64_t largest_layer = 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    int64_t floats = 0;
+    for (const ParamInfo& param : table.params()) floats += param.layer == l ? param.numel() : 0;
+    largest_layer = std::max(largest_layer, floats);
+  }
+  for (int64_t bucket_floats : {int64_t(0), int64_t(1), 2 * largest_layer, total}) {
+    const std::vector<GradientBucket> buckets = plan_gradient_buckets(table, bucket_floats);
+    SCOPED_TRACE("bucket_floats " + std::to_string(bucket_floats));
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const GradientBucket& b = buckets[i];
+      ASSERT_LT(b.begin, b.end);
+      ranges.emplace_back(b.begin, b.end);
+      if (i > 0) {
+        const int64_t before = buckets[i - 1].ready_layer;
+        EXPECT_TRUE(b.ready_layer == -1 || (before >= 0 && b.ready_layer < before))
+            << "out of order at " << i;
+      }
+      if (b.ready_layer > 0) {
+        EXPECT_GE(b.end - b.begin, bucket_floats);
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : ranges) {
+      EXPECT_EQ(begin, next);
+      next = end;
+    }
+    EXPECT_EQ(next, total);
+    for (const ParamInfo& param : table.params()) {
+      const auto holder = std::find_if(buckets.begin(), buckets.end(), [&](const GradientBucket& b) {
+        return b.begin <= param.offset && param.offset + param.numel() <= b.end;
+      });
+      ASSERT_NE(holder, buckets.end()) << param.name << " is cut by a bucket edge";
+      if (param.layer < 0) {
+        EXPECT_EQ(holder->ready_layer, -1) << param.name;
+      } else {
+        EXPECT_TRUE(holder->ready_layer == -1 || holder->ready_layer <= param.layer) << param.name;
+      }
+    }
+    const size_t end_buckets = size_t(std::count_if(
+        buckets.begin(), buckets.end(), [](const GradientBucket& b) { return b.ready_layer < 0; }));
+    if (bucket_floats == 0) {
+      EXPECT_EQ(buckets.size(), 1u);
+    } else if (bucket_floats == 1) {
+      EXPECT_EQ(buckets.size(), size_t(layers) + end_buckets);  // a bucket per layer
+    } else {
+      EXPECT_LT(buckets.size(), size_t(layers) + end_buckets);  // layers share buckets
+    }
   }
 }
 

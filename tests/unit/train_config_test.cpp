@@ -96,6 +96,7 @@ TEST(TrainConfig, ReadsTheRunSections) {
 [run]
 seed = 7
 threads = 2
+gradient_bucket_mb = 0.5
 [model]
 init = "runs/previous/model"
 dtype = "bfloat16"
@@ -132,6 +133,7 @@ max_bad_steps = 3
 )",
                                            "run.toml");
   EXPECT_EQ(c.run.seed, 7u);
+  EXPECT_EQ(c.run.gradient_bucket_mb, 0.5);
   EXPECT_EQ(c.model.init, "runs/previous/model");
   EXPECT_EQ(c.data.validation, "data/docs_val");
   ASSERT_EQ(c.stages.size(), 2u);
@@ -197,6 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[optimizer]\nlr = 0.1\n[optimizer\n", "run.toml:12: Error while parsing table header"},
         BadCase{"[nonsense]\n", "field 'nonsense': unknown key"},
         BadCase{"[optimizer]\ngrad_clip = -1\n", "grad_clip"},
+        BadCase{"[run]\ngradient_bucket_mb = -1\n", "field 'run.gradient_bucket_mb': must be between 0"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 0 }\n", "weight must be positive"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 1 }\nwindow = 3\n",
                 "field 'stages[1].window': unknown key"}),

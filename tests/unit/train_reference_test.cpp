@@ -37,7 +37,7 @@ TEST(TrainReference, TenStepsMatchTheTorchReference) {
                                 loaded.params->dims().experts);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
   TrainStep train(model, optimizer, balancing, *comm,
-                  plan_optimizer_shards(optimizer.assignments(), loaded.params->table().total_floats(), 1));
+                  plan_optimizer_shards(optimizer.assignments(), loaded.params->table().total_floats(), 1), 0);
 
   const std::vector<float> want_loss = ref.floats("loss"), want_norm = ref.floats("grad_norm");
   const std::vector<float> want_lr = ref.floats("lr_factor");

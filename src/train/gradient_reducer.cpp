@@ -1,0 +1,96 @@
+#include "train/gradient_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "dist/communicator.h"
+#include "model/parameters.h"
+
+namespace zaya {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, int64_t bucket_floats) {
+  const int64_t total = table.total_floats();
+  if (bucket_floats <= 0) return {{0, total, -1}};
+  // The table keeps each layer's parameters together, layers in order (transformers' state_dict order).
+  std::vector<int64_t> layer_begin;  // [layers] where each layer's gradients start
+  int64_t layers_end = total;        // where what follows the layers starts
+  for (const ParamInfo& param : table.params()) {
+    if (param.layer >= 0 && size_t(param.layer) == layer_begin.size()) layer_begin.push_back(param.offset);
+    if (param.layer < 0 && !layer_begin.empty() && layers_end == total) layers_end = param.offset;
+  }
+  std::vector<GradientBucket> buckets;
+  int64_t end = layers_end;
+  for (int64_t l = int64_t(layer_begin.size()) - 1; l >= 0; --l) {
+    const int64_t begin = layer_begin[size_t(l)];
+    if (end - begin >= bucket_floats || l == 0) {
+      buckets.push_back({begin, end, l});
+      end = begin;
+    }
+  }
+  if (layers_end < total) buckets.push_back({layers_end, total, -1});
+  const int64_t layers_begin = layer_begin.empty() ? total : layer_begin.front();
+  if (layers_begin > 0) buckets.push_back({0, layers_begin, -1});
+  return buckets;
+}
+
+GradientReducer::GradientReducer(const ParameterTable& table, OptimizerShards shards, Communicator& comm,
+                                 int64_t bucket_floats)
+    : buckets_(plan_gradient_buckets(table, bucket_floats)),
+      shards_(std::move(shards)),
+      comm_(comm),
+      owned_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float)) {}
+
+GradientReducer::~GradientReducer() = default;
+
+void GradientReducer::start(float* grads) {
+  grads_ = grads;
+  started_ = 0;
+  pending_.clear();
+  seconds_ = 0;
+}
+
+void GradientReducer::layer_done(int64_t layer) {
+  const auto start = Clock::now();
+  start_ready(layer);
+  for (auto& pending : pending_) pending->progress();
+  seconds_ += since(start);
+}
+
+void GradientReducer::finish() {
+  const auto start = Clock::now();
+  start_ready(-1);
+  for (auto& pending : pending_) pending->wait();
+  pending_.clear();
+  if (owned_.size()) std::memcpy(grads_ + shards_.begin(comm_.rank()), owned_.as<float>(), owned_.size());
+  seconds_ += since(start);
+}
+
+// Each rank r receives the part of the bucket inside its range [shards_.begin(r), shards_.end(r)); the
+// ranges are consecutive in rank order, so the bucket is already laid out as the collective wants it.
+void GradientReducer::start_ready(int64_t layer) {
+  const int rank = comm_.rank();
+  for (; started_ < buckets_.size() && buckets_[started_].ready_layer >= layer; ++started_) {
+    const GradientBucket& bucket = buckets_[started_];
+    std::vector<int64_t> counts;
+    for (int r = 0; r < comm_.size(); ++r) {
+      const int64_t from = std::max(bucket.begin, shards_.begin(r)),
+                    to = std::min(bucket.end, shards_.end(r));
+      counts.push_back(std::max<int64_t>(0, to - from));
+    }
+    float* recv = owned_.as<float>() + std::max<int64_t>(0, bucket.begin - shards_.begin(rank));
+    if (counts[size_t(rank)] == 0) recv = owned_.as<float>();
+    pending_.push_back(comm_.start_reduce_scatter_sum(grads_ + bucket.begin, recv, std::move(counts)));
+  }
+}
+
+}  // namespace zaya
