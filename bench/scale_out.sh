@@ -73,14 +73,14 @@ read -r one_rate one_step _ _ _ <<<"$(run one 1 "$cores")"
 half=$((cores / 2 > 0 ? cores / 2 : 1))
 read -r dp_rate dp_step dp_comm dp_bytes dp_grad <<<"$(run dp 2 $half --set run.gradient_bucket_mb=1)"
 read -r after_rate after_step after_comm _ after_grad <<<"$(run after 2 $half --set run.gradient_bucket_mb=0)"
-read -r ep_rate ep_step ep_comm _ _ <<<"$(run ep 2 $half --set run.expert_parallel=2)"
+read -r ep_rate ep_step ep_comm ep_bytes _ <<<"$(run ep 2 $half --set run.expert_parallel=2)"
 small=$("$zaya" info --preset small | sed -n 's/^  total  *\([0-9]*\).*/\1/p')
 base=$("$zaya" info --preset zaya1-base | sed -n 's/^  total  *\([0-9]*\).*/\1/p')
 python3 - "$one_rate" "$one_step" "$dp_rate" "$dp_step" "$dp_comm" "$dp_bytes" "$dp_grad" "$after_rate" \
-  "$after_step" "$after_comm" "$after_grad" "$ep_rate" "$ep_step" "$ep_comm" "$small" "$base" "$cores" <<'PY'
+  "$after_step" "$after_comm" "$after_grad" "$ep_rate" "$ep_step" "$ep_comm" "$ep_bytes" "$small" "$base" "$cores" <<'PY'
 import sys
 (one_rate, one_step, dp_rate, dp_step, dp_comm, dp_bytes, dp_grad, after_rate, after_step, after_comm, after_grad,
- ep_rate, ep_step, ep_comm, small, base, cores) = map(float, sys.argv[1:])
+ ep_rate, ep_step, ep_comm, ep_bytes, small, base, cores) = map(float, sys.argv[1:])
 print(f"small preset, 32 x 512 tokens per step, {int(cores)} cores")
 print(f"  1 process, {int(cores)} threads:        {one_rate:8.0f} tokens/s, {one_step:.3f} s/step")
 print(f"  2 data-parallel ranks:           {dp_rate:8.0f} tokens/s ({dp_rate / one_rate:.2f}x), {dp_step:.3f} s/step, "
@@ -90,7 +90,8 @@ print(f"    the same, reduced after it:    {after_rate:8.0f} tokens/s ({after_ra
       f"{after_step:.3f} s/step, {after_comm:.3f} s in collectives ({100 * after_comm / after_step:.1f}%), "
       f"the gradient reduction {after_grad:.4f} s of it")
 print(f"  2 expert-parallel ranks:         {ep_rate:8.0f} tokens/s ({ep_rate / one_rate:.2f}x), {ep_step:.3f} s/step, "
-      f"{ep_comm:.3f} s in the step's collectives (the experts' all-to-alls are inside the compute)")
+      f"{ep_comm:.3f} s in the step's collectives (the experts' all-to-alls are inside the compute), "
+      f"{ep_bytes / 1e6:.1f} MB handed to them (each rank holds half of the experts, reduced by no other rank)")
 per_param = dp_bytes / small  # bytes per parameter per step: reduce-scatter of f32 gradients + all-gather of f32 weights
 step_bytes = per_param * base
 # Over 2 nodes with a ring, each node sends (and receives) half of every collective's payload across the link.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
 #include "model/zaya_model.h"
 
 namespace zaya {
@@ -35,9 +36,17 @@ int32_t sample_token(const float* logits, int64_t vocab, double temperature, dou
   return order[nucleus - 1];
 }
 
+namespace {
+
+void require_prompt(const std::vector<int32_t>& prompt) {
+  if (prompt.empty()) throw Error("the prompt encodes to no tokens; give some text").field("prompt");
+}
+
+}  // namespace
+
 std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt,
                               const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
-  if (prompt.empty()) throw Error("the prompt encodes to no tokens; give some text").field("prompt");
+  require_prompt(prompt);
   const ModelDims& dims = model.params().dims();
   DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
   const float* logits = nullptr;
@@ -51,6 +60,26 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
     if (on_token) on_token(next);
     if (options.stop_token && next == *options.stop_token) break;
     if (i + 1 < options.max_new_tokens) logits = model.decode_step(next, cache);
+  }
+  return out;
+}
+
+std::vector<int32_t> generate_in_expert_group(ZayaModel& model, const std::vector<int32_t>& prompt,
+                                              const SamplingOptions& options, Communicator& group) {
+  require_prompt(prompt);
+  const int64_t vocab = model.params().dims().vocab;
+  const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
+  std::vector<int32_t> text = prompt, out;
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    const ForwardResult result =
+        model.forward({text.data(), nullptr, nullptr, 1, int64_t(text.size())}, true);
+    const float* last = result.logits + (int64_t(text.size()) - 1) * vocab;
+    int32_t next =
+        sample_token(last, vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
+    group.broadcast(&next, sizeof next, 0);
+    out.push_back(next);
+    text.push_back(next);
+    if (options.stop_token && next == *options.stop_token) break;
   }
   return out;
 }

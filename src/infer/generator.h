@@ -1,6 +1,7 @@
 #pragma once
 // Text generation on the model's incremental decoder: the prompt is fed token by token into the decode
 // state, then tokens are sampled one at a time (temperature and nucleus sampling, reproducible from a seed).
+// Under expert parallelism, on full forward passes instead.
 
 #include <cstdint>
 #include <functional>
@@ -9,6 +10,7 @@
 
 namespace zaya {
 
+class Communicator;
 class ZayaModel;
 
 struct SamplingOptions {
@@ -26,5 +28,12 @@ int32_t sample_token(const float* logits, int64_t vocab, double temperature, dou
 std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt,
                               const SamplingOptions& options,
                               const std::function<void(int32_t)>& on_token = {});
+
+// The same, with the experts spread over an expert-parallel group (every rank of the group calls it alike,
+// model.set_expert_group done): each token comes from a full forward pass over the text so far, as the
+// incremental decoder needs every expert on one rank, and group rank 0's choice is broadcast so that the
+// ranks stay in step. For short samples during training; the tokens equal generate()'s.
+std::vector<int32_t> generate_in_expert_group(ZayaModel& model, const std::vector<int32_t>& prompt,
+                                              const SamplingOptions& options, Communicator& group);
 
 }  // namespace zaya

@@ -34,6 +34,9 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
   }
   if (cache.length >= cache.capacity)
     throw Error(cat("the decode cache holds ", cache.capacity, " tokens; it is full"));
+  if (!params_.table().holds_all_experts())
+    throw Error(
+        "incremental decoding runs every expert here; this rank holds only some (expert parallelism)");
   const int64_t t = cache.length, H = dims_.hidden, C = dims_.conv_channels();
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);

@@ -14,16 +14,15 @@
 namespace zaya {
 namespace {
 
-// Calls visit(expert, first row, rows) for each (source, local expert) block of the received rows.
+// Calls visit(local expert, first row, rows) for each (source, local expert) block of the received rows.
 template <typename Visit>
 void for_each_block(const ExpertExchange& ex, int ranks, int rank, int64_t experts, Visit visit) {
   const int64_t local = experts / ranks;
   int64_t row = 0;
   for (int source = 0; source < ranks; ++source) {
     for (int64_t l = 0; l < local; ++l) {
-      const int64_t expert = rank * local + l;
-      const int64_t rows = ex.table[size_t(source * experts + expert)];
-      visit(expert, row, rows);
+      const int64_t rows = ex.table[size_t(source * experts + rank * local + l)];
+      visit(l, row, rows);
       row += rows;
     }
   }
@@ -38,6 +37,14 @@ void ZayaModel::set_expert_group(Communicator* group) {
         .field("run.expert_parallel");
   }
   expert_group_ = group && group->size() > 1 ? group : nullptr;
+  const int64_t local = expert_group_ ? dims_.experts / expert_group_->size() : dims_.experts;
+  const ExpertSlice& held = params_.table().experts();
+  if (held.first != (expert_group_ ? expert_group_->rank() * local : 0) || held.count != local) {
+    throw Error(cat("the parameter store holds experts [", held.first, ", ", held.first + held.count,
+                    ") but this rank of the expert group runs ", local, " from ",
+                    expert_group_ ? expert_group_->rank() * local : 0))
+        .field("run.expert_parallel");
+  }
   exchanges_.resize(expert_group_ ? size_t(dims_.layers) : 0);
 }
 

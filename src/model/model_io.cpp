@@ -31,8 +31,9 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
     const auto found = weights.find(param.name);
     if (!found.file) throw Error("the model directory lacks this parameter").file(dir).tensor(param.name);
     const SafetensorsEntry& entry = *found.entry;
-    if (!(entry.shape == param.shape)) {
-      throw Error(cat("shape ", entry.shape.to_string(), " but the config implies ", param.shape.to_string()))
+    if (!(entry.shape == param.model_shape)) {
+      throw Error(
+          cat("shape ", entry.shape.to_string(), " but the config implies ", param.model_shape.to_string()))
           .file(found.file->path())
           .tensor(param.name);
     }
@@ -41,7 +42,16 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
           .file(found.file->path())
           .tensor(param.name);
     }
-    convert_to_f32(found.file->view(entry), params.value(param));
+    if (param.shape == param.model_shape) {
+      convert_to_f32(found.file->view(entry), params.value(param));
+    } else {  // this rank's experts: rows [first, first + count) of the stacked tensor
+      const TensorView all = found.file->view(entry);
+      const int64_t row = param.numel() / param.shape[0];
+      const size_t row_bytes = size_t(row) * dtype_size(entry.dtype);
+      const TensorView mine{static_cast<char*>(all.data) + size_t(params.table().experts().first) * row_bytes,
+                            entry.dtype, param.shape};
+      convert_to_f32(mine, params.value(param));
+    }
   }
   for (const std::string& name : weights.names()) {
     // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
@@ -68,6 +78,8 @@ void save_model(const ZayaConfig& config, const ParameterStore& params, const st
   if (options.dtype != "float32" && options.dtype != "bfloat16") {
     throw Error("expected float32 or bfloat16, got " + options.dtype).field("dtype");
   }
+  if (!params.table().holds_all_experts())
+    throw Error("a model directory needs every expert; this store holds some (expert parallelism)").file(dir);
   fs::create_directories(dir);
   const bool bf16 = options.dtype == "bfloat16";
   std::vector<Tensor> converted;  // bf16 copies; they must outlive the write
@@ -110,8 +122,11 @@ void init_parameters(ParameterStore& params, double initializer_range, uint64_t 
         const bool fan_in = router_fan_in && param.role == ParamRole::RouterWeight;
         const float std =
             fan_in ? 1.0f / std::sqrt(float(param.shape[param.shape.rank() - 1])) : float(initializer_range);
+        // A store of some experts draws what the whole tensor has in their rows.
+        const int64_t first =
+            param.role == ParamRole::ExpertWeight ? params.table().experts().first * (n / param.shape[0]) : 0;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(i));
+        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(first + i));
         if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {
           std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden,
                     0.0f);

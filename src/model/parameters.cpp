@@ -48,7 +48,11 @@ std::string_view param_role_name(ParamRole role) {
   return "?";
 }
 
-ParameterTable::ParameterTable(const ModelDims& d) {
+ParameterTable::ParameterTable(const ModelDims& d, ExpertSlice experts)
+    : experts_(experts), experts_total_(d.experts) {
+  if (experts_.count == 0) experts_.count = d.experts;
+  if (experts_.first < 0 || experts_.count < 0 || experts_.first + experts_.count > d.experts)
+    throw Error(cat("experts [", experts_.first, ", ", experts_.first + experts_.count, ") of ", d.experts));
   using R = ParamRole;
   const int64_t H = d.hidden, C = d.conv_channels();
   add("model.embed_tokens.weight", {d.vocab, H}, R::Embedding, -1);
@@ -99,11 +103,25 @@ ParameterTable::ParameterTable(const ModelDims& d) {
   add("model.input_hidden_states_bias", {H}, R::InputBias, -1);
   if (!d.tied_embeddings) add("lm_head.weight", {d.vocab, H}, R::LmHead, -1);
   if (d.lm_head_bias) add("lm_head.bias", {d.vocab}, R::LmHeadBias, -1);
+
+  // Offsets: the dense parameters in table order, then the expert weights in table order.
+  const auto aligned = [](const Shape& shape) {
+    return int64_t(align_up(size_t(shape.numel()), kAlignment / sizeof(float)));
+  };
+  for (bool expert : {false, true}) {
+    if (expert) dense_floats_ = total_floats_;
+    for (ParamInfo& param : params_) {
+      if ((param.role == R::ExpertWeight) != expert) continue;
+      param.offset = total_floats_;
+      total_floats_ += aligned(param.shape);
+    }
+  }
 }
 
 void ParameterTable::add(std::string name, Shape shape, ParamRole role, int layer) {
-  params_.push_back({std::move(name), shape, total_floats_, role, layer});
-  total_floats_ += int64_t(align_up(size_t(shape.numel()), kAlignment / sizeof(float)));
+  Shape held = shape;
+  if (role == ParamRole::ExpertWeight) held[0] = experts_.count;
+  params_.push_back({std::move(name), held, shape, 0, role, layer});
 }
 
 const ParamInfo* ParameterTable::find(std::string_view name) const {
@@ -119,9 +137,9 @@ const ParamInfo& ParameterTable::at(std::string_view name) const {
   return *param;
 }
 
-ParameterStore::ParameterStore(const ModelDims& dims)
+ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts)
     : dims_(dims),
-      table_(dims),
+      table_(dims, experts),
       values_(size_t(table_.total_floats()) * sizeof(float)),
       grads_(size_t(table_.total_floats()) * sizeof(float)) {}
 

@@ -2,6 +2,11 @@
 // The model's parameters as flat buffers (values and gradients, the same layout) with a table of named
 // views: transformers' names and shapes, in its state_dict order. The optimizer, the all-reduce,
 // checkpointing and export walk this table; nothing walks the layers.
+//
+// Under expert parallelism a rank holds only its own experts: the table is built for an ExpertSlice, and
+// the expert weights are [slice.count, ...] rows of transformers' [E, ...] tensors. The flat layout puts
+// every other parameter first, [0, dense_floats()), and the expert weights after them, so that each kind
+// is one range that the ranks holding the same values reduce and gather together.
 
 #include <cstdint>
 #include <string>
@@ -38,9 +43,15 @@ enum class ParamRole : uint8_t {
 
 std::string_view param_role_name(ParamRole role);
 
+// The experts [first, first + count) of every layer; count 0 means all of them.
+struct ExpertSlice {
+  int64_t first = 0, count = 0;
+};
+
 struct ParamInfo {
   std::string name;
-  Shape shape;
+  Shape shape;         // what this table holds: expert weights have slice.count rows
+  Shape model_shape;   // transformers' shape (expert weights: all E rows)
   int64_t offset = 0;  // in floats, into the flat buffers; 16-float (64-byte) aligned
   ParamRole role;
   int layer = -1;  // -1 outside the decoder layers
@@ -50,23 +61,28 @@ struct ParamInfo {
 
 class ParameterTable {
  public:
-  explicit ParameterTable(const ModelDims& dims);
+  explicit ParameterTable(const ModelDims& dims, ExpertSlice experts = {});
 
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo* find(std::string_view name) const;
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
   int64_t total_floats() const { return total_floats_; }
+  int64_t dense_floats() const { return dense_floats_; }   // where the expert weights start
+  const ExpertSlice& experts() const { return experts_; }  // count resolved: never 0
+  bool holds_all_experts() const { return experts_.first == 0 && experts_.count == experts_total_; }
 
  private:
   void add(std::string name, Shape shape, ParamRole role, int layer);
 
   std::vector<ParamInfo> params_;
-  int64_t total_floats_ = 0;
+  ExpertSlice experts_;
+  int64_t experts_total_ = 0;
+  int64_t total_floats_ = 0, dense_floats_ = 0;
 };
 
 class ParameterStore {
  public:
-  explicit ParameterStore(const ModelDims& dims);
+  explicit ParameterStore(const ModelDims& dims, ExpertSlice experts = {});
 
   const ModelDims& dims() const { return dims_; }
   const ParameterTable& table() const { return table_; }

@@ -29,6 +29,15 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops)
 
 ZayaModel::~ZayaModel() = default;
 
+void ZayaModel::require_experts_reachable() const {
+  if (!expert_group_ && !params_.table().holds_all_experts()) {
+    const ExpertSlice& held = params_.table().experts();
+    throw Error(cat("this rank holds experts [", held.first, ", ", held.first + held.count, ") of ",
+                    dims_.experts,
+                    " only; the others are reached through its expert-parallel group, which is not set"));
+  }
+}
+
 ForwardResult ZayaModel::forward(const Batch& batch, bool keep_logits) {
   return run(batch, keep_logits, false, 0);
 }
@@ -61,6 +70,7 @@ void check_batch(const Batch& batch, const ModelDims& dims) {
 
 ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, float loss_scale) {
   check_batch(batch, dims_);
+  require_experts_reachable();
   const int64_t T = batch.tokens(), H = dims_.hidden;
   arena_.reset();
   scratch_.reset();

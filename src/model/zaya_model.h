@@ -69,11 +69,12 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
-  // Expert parallelism for training: the group's ranks share each layer's experts (rank p of P runs experts
-  // [p E / P, (p + 1) E / P)), and forward_backward sends every routed token to the rank of its expert and
-  // its result back (all-to-all). Every rank of the group must call forward_backward alike. Inference
-  // (forward, decode_step) stays local: every rank holds every expert's weights. Null: all local. Throws
-  // Error when the group's size does not divide the experts.
+  // Expert parallelism: the group's ranks share each layer's experts (rank p of P holds, in a store built
+  // for that ExpertSlice, and runs experts [p E / P, (p + 1) E / P)), and forward and forward_backward send
+  // every routed token to the rank of its expert and its result back (all-to-all). Every rank of the group
+  // must make the same sequence of calls (batches may differ). decode_step needs every expert on one rank.
+  // Null: all local. Throws Error when the group's size does not divide the experts or the store does not
+  // hold this rank's experts.
   void set_expert_group(Communicator* group);
   // Called in forward_backward once each decoder layer's backward has added all of that layer's gradients
   // (layers last to first), so that their data-parallel reduction can start there. Empty: none.
@@ -110,7 +111,8 @@ class ZayaModel {
   // The experts over the routed rows x [N, H] (grouped by expert): into a.gate_up, a.act, a.y here, or on
   // the experts' ranks (model/expert_parallel.cpp). Backward: from d_y [N, H] (times the gate), the
   // experts' gradients and d_x [N, H].
-  bool expert_parallel() const { return expert_group_ && training_; }
+  bool expert_parallel() const { return expert_group_ != nullptr; }
+  void require_experts_reachable() const;  // throws Error for a store of some experts without a group
   void experts_forward_parallel(int layer, LayerActivations& a, const float* x);
   void experts_backward_parallel(int layer, const float* d_y, float* d_x);
   // The LM head and the loss over chunks of tokens; with train, the head's backward is fused in and the

@@ -11,16 +11,27 @@
 
 namespace zaya {
 
+namespace {
+
+int64_t total_length(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  int64_t total = 0;
+  for (const auto& [begin, end] : ranges) total += end - begin;
+  return total;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
-                     std::pair<int64_t, int64_t> owned)
+                     std::vector<std::pair<int64_t, int64_t>> owned)
     : params_(params),
       config_(config),
       ops_(ops),
       assignments_(assign_param_groups(params.table(), config.groups)),
-      begin_(owned.first),
-      end_(owned.second < 0 ? params.table().total_floats() : owned.second),
-      m_(size_t(end_ - begin_) * sizeof(float)),
-      v_(size_t(end_ - begin_) * sizeof(float)) {
+      owned_(owned.empty() ? std::vector<std::pair<int64_t, int64_t>>{{0, params.table().total_floats()}}
+                           : std::move(owned)),
+      owned_floats_(total_length(owned_)),
+      m_(size_t(owned_floats_) * sizeof(float)),
+      v_(size_t(owned_floats_) * sizeof(float)) {
   if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
   for (const ParamAssignment& a : assignments_) {
     if (a.optimizer != OptimizerKind::Muon || !owns(*a.param)) continue;
@@ -40,6 +51,15 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
   }
   scratch_per_thread_ = int64_t(align_up(size_t(scratch_per_thread_), kAlignment / sizeof(float)));
   scratch_ = AlignedBuffer(size_t(scratch_per_thread_ * omp_get_max_threads()) * sizeof(float));
+}
+
+int64_t Optimizer::state_index(int64_t offset) const {
+  int64_t before = 0;
+  for (const auto& [begin, end] : owned_) {
+    if (offset >= begin && offset < end) return before + (offset - begin);
+    before += end - begin;
+  }
+  return -1;
 }
 
 double Optimizer::owned_grad_sum_squares() const {
@@ -100,7 +120,7 @@ void Optimizer::muon_update(const Matrix& matrix, float lr, float grad_scale, fl
   const int64_t n = matrix.rows * matrix.cols;
   lr *= matrix.assignment->lr_multiplier;
   float* update = scratch;
-  ops_.momentum_step(m_.as<float>() + (matrix.offset - begin_), params_.grads() + matrix.offset, n,
+  ops_.momentum_step(m_.as<float>() + state_index(matrix.offset), params_.grads() + matrix.offset, n,
                      muon.momentum, muon.nesterov, grad_scale, update);
   ops_.newton_schulz(update, matrix.rows, matrix.cols, muon.ns_steps, muon.ns_coefficients, scratch + n);
   const float decay = matrix.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;

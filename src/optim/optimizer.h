@@ -1,8 +1,9 @@
 #pragma once
 // Muon for the hidden matrices and AdamW for the rest, over the parameter store: clipping by the global
 // gradient norm, then one update per parameter from its group's rule. Each expert's gate_up_proj[e] and
-// down_proj[e] is its own matrix for Muon. Under data parallelism an optimizer owns one range of the
-// parameters (optim/optimizer_shards.h): it keeps state for, and updates, only the parameters in it.
+// down_proj[e] is its own matrix for Muon. Under data parallelism an optimizer owns ranges of the
+// parameters (optim/optimizer_shards.h: one of the dense parameters, one of the expert weights): it keeps
+// state for, and updates, only the parameters in them.
 
 #include <cstdint>
 #include <utility>
@@ -47,10 +48,10 @@ struct OptimizerStepStats {
 
 class Optimizer {
  public:
-  // Throws Error naming optimizer.* fields when the rules do not fit the model. `owned`: the float range
-  // of the parameter layout this optimizer updates (cut between parameters); the default is all of it.
+  // Throws Error naming optimizer.* fields when the rules do not fit the model. `owned`: the float ranges
+  // [begin, end) of the parameter layout this optimizer updates (cut between parameters); none: all of it.
   Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
-            std::pair<int64_t, int64_t> owned = {0, -1});
+            std::vector<std::pair<int64_t, int64_t>> owned = {});
 
   // One update of the owned parameters from the gradients accumulated in the store, at lr = config.lr *
   // lr_factor (x multipliers). grad_norm: the L2 norm of the whole model's gradient (for clipping); the
@@ -61,13 +62,13 @@ class Optimizer {
   double owned_grad_sum_squares() const;
 
   const std::vector<ParamAssignment>& assignments() const { return assignments_; }
-  bool owns(const ParamInfo& param) const { return param.offset >= begin_ && param.offset < end_; }
+  bool owns(const ParamInfo& param) const { return state_index(param.offset) >= 0; }
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // An owned parameter's state, shaped like it: AdamW's first moment or Muon's momentum, and AdamW's
   // second moment (zero for Muon parameters). For checkpoints.
-  float* first_moment(const ParamInfo& param) { return m_.as<float>() + (param.offset - begin_); }
-  float* second_moment(const ParamInfo& param) { return v_.as<float>() + (param.offset - begin_); }
+  float* first_moment(const ParamInfo& param) { return m_.as<float>() + state_index(param.offset); }
+  float* second_moment(const ParamInfo& param) { return v_.as<float>() + state_index(param.offset); }
 
  private:
   struct Matrix {
@@ -75,14 +76,18 @@ class Optimizer {
     int64_t offset, rows, cols;  // into the flat buffers
   };
   void muon_update(const Matrix& matrix, float lr, float grad_scale, float* scratch);
+  // Where the state of the float at `offset` of the layout is kept (the owned ranges' states one after
+  // the other), or -1 when no owned range holds it.
+  int64_t state_index(int64_t offset) const;
 
   ParameterStore& params_;
   OptimizerConfig config_;
   Ops& ops_;
   std::vector<ParamAssignment> assignments_;
-  int64_t begin_ = 0, end_ = 0;   // the owned float range of the parameter layout
+  std::vector<std::pair<int64_t, int64_t>> owned_;  // float ranges of the parameter layout
+  int64_t owned_floats_ = 0;                        // their total length
   std::vector<Matrix> matrices_;  // Muon's unit of work, owned ones only; offsets into the parameter layout
-  AlignedBuffer m_, v_;           // [end_ - begin_] each
+  AlignedBuffer m_, v_;           // [owned_floats_] each
   AlignedBuffer scratch_;         // per thread: the update and Newton-Schulz's buffers
   int64_t scratch_per_thread_ = 0;
   int64_t steps_ = 0;

@@ -24,24 +24,31 @@ std::vector<int64_t> OptimizerShards::counts() const {
   return out;
 }
 
-OptimizerShards plan_optimizer_shards(const std::vector<ParamAssignment>& assignments, int64_t total_floats,
-                                      int ranks) {
+OptimizerShards plan_optimizer_shards(const std::vector<ParamAssignment>& assignments, int64_t begin,
+                                      int64_t end, int ranks) {
+  std::vector<const ParamAssignment*> region;  // in layout order
+  for (const ParamAssignment& a : assignments) {
+    if (a.param->offset >= begin && a.param->offset < end) region.push_back(&a);
+  }
+  std::sort(region.begin(), region.end(), [](const ParamAssignment* x, const ParamAssignment* y) {
+    return x->param->offset < y->param->offset;
+  });
   double total_cost = 0;
-  for (const ParamAssignment& a : assignments) total_cost += update_cost(a);
+  for (const ParamAssignment* a : region) total_cost += update_cost(*a);
   OptimizerShards shards;
-  shards.bounds.push_back(0);
+  shards.bounds.push_back(begin);
   double done = 0;
-  for (size_t i = 0; i < assignments.size() && int(shards.bounds.size()) < ranks; ++i) {
-    const double cost = update_cost(assignments[i]);
+  for (size_t i = 0; i < region.size() && int(shards.bounds.size()) < ranks; ++i) {
+    const double cost = update_cost(*region[i]);
     const double target = total_cost * double(shards.bounds.size()) / double(ranks);
     // Cut before this parameter when that lands nearer the target than cutting after it.
-    if (done + cost / 2 > target && assignments[i].param->offset > shards.bounds.back()) {
-      shards.bounds.push_back(assignments[i].param->offset);
+    if (done + cost / 2 > target && region[i]->param->offset > shards.bounds.back()) {
+      shards.bounds.push_back(region[i]->param->offset);
     }
     done += cost;
   }
-  while (int(shards.bounds.size()) < ranks) shards.bounds.push_back(total_floats);
-  shards.bounds.push_back(total_floats);
+  while (int(shards.bounds.size()) < ranks) shards.bounds.push_back(end);
+  shards.bounds.push_back(end);
   return shards;
 }
 

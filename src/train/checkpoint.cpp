@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_index.h"
@@ -82,6 +83,25 @@ std::vector<size_t> model_groups(const ParameterTable& table, int ranks) {
   return starts;
 }
 
+// The name of an expert's slice of an expert weight's optimizer state.
+std::string expert_state_name(const std::string& name, int64_t expert) {
+  return name + "." + std::to_string(expert);
+}
+
+// Rank `writer` of the world gets the whole tensor [E, ...] from the slices [E / P, ...] of the ranks of
+// its expert group (consecutive runs of P ranks, in expert order); the other groups pass nothing.
+std::vector<float> gather_experts(Communicator& group, int rank, int writer, const float* mine,
+                                  int64_t count) {
+  const int P = group.size();
+  const bool my_group = writer / P == rank / P, me = writer == rank;
+  std::vector<int64_t> send(size_t(P), 0), recv(size_t(P), 0);
+  if (my_group) send[size_t(writer % P)] = count;
+  if (me) recv.assign(size_t(P), count);
+  std::vector<float> all(me ? size_t(count * P) : 0);
+  group.all_to_all(mine, send, all.data(), recv);
+  return all;
+}
+
 int64_t step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (!name.starts_with("step_")) return -1;
@@ -96,7 +116,8 @@ int64_t step_of(const fs::path& dir) {
 
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,
                                  BalancingController& balancing, const TrainerState& state,
-                                 const std::string& tokenizer_path, int rank, int ranks) {
+                                 const std::string& tokenizer_path, int rank, int ranks,
+                                 Communicator* expert_group) {
   CheckpointSnapshot snapshot;
   snapshot.rank = rank;
   snapshot.ranks = ranks;
@@ -106,25 +127,43 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
   snapshot.optimizer_steps = optimizer.steps_taken();
   snapshot.balancing_steps = balancing.steps();
   snapshot.tokenizer_path = tokenizer_path;
-  const std::vector<size_t> groups = model_groups(params.table(), ranks);
-  if (size_t(rank) + 1 < groups.size()) {
-    snapshot.first_model_param = groups[size_t(rank)];
-    for (size_t i = groups[size_t(rank)]; i < groups[size_t(rank) + 1]; ++i) {
-      const ParamInfo& param = params.table().params()[i];
-      const float* values = params.value(param);
-      snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
+  // Shards are planned on transformers' shapes, which every rank agrees on whatever experts it holds.
+  const std::vector<size_t> groups = model_groups(ParameterTable(params.dims()), ranks);
+  const size_t first = groups[std::min(size_t(rank), groups.size() - 1)],
+               last = groups[std::min(size_t(rank) + 1, groups.size() - 1)];
+  snapshot.first_model_param = first;
+  const std::vector<ParamInfo>& table = params.table().params();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ParamInfo& param = table[i];
+    const float* values = params.value(param);
+    if (param.shape == param.model_shape) {
+      if (i >= first && i < last)
+        snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
+      continue;
     }
+    if (!expert_group)
+      throw Error("a store of some experts needs its expert group to be saved").tensor(param.name);
+    const int writer = int(std::upper_bound(groups.begin(), groups.end(), i) - groups.begin()) - 1;
+    std::vector<float> all = gather_experts(*expert_group, rank, writer, values, param.numel());
+    if (writer == rank) snapshot.tensors.emplace_back(param.name, std::move(all));
   }
   snapshot.model_tensors = snapshot.tensors.size();
   for (const ParamAssignment& a : optimizer.assignments()) {
     if (!optimizer.owns(*a.param)) continue;
-    const float* m = optimizer.first_moment(*a.param);
-    snapshot.tensors.emplace_back("exp_avg." + a.param->name, std::vector<float>(m, m + a.param->numel()));
-    if (a.optimizer == OptimizerKind::AdamW) {
-      const float* v = optimizer.second_moment(*a.param);
-      snapshot.tensors.emplace_back("exp_avg_sq." + a.param->name,
-                                    std::vector<float>(v, v + a.param->numel()));
-    }
+    const ParamInfo& param = *a.param;
+    // Expert weights' state is kept per expert, so that it loads under any split of the experts.
+    const bool per_expert = param.role == ParamRole::ExpertWeight;
+    const int64_t pieces = per_expert ? param.shape[0] : 1, piece = param.numel() / pieces;
+    auto add = [&](const std::string& prefix, const float* state) {
+      for (int64_t j = 0; j < pieces; ++j) {
+        const std::string name =
+            per_expert ? expert_state_name(prefix + param.name, params.table().experts().first + j)
+                       : prefix + param.name;
+        snapshot.tensors.emplace_back(name, std::vector<float>(state + j * piece, state + (j + 1) * piece));
+      }
+    };
+    add("exp_avg.", optimizer.first_moment(param));
+    if (a.optimizer == OptimizerKind::AdamW) add("exp_avg_sq.", optimizer.second_moment(param));
   }
   if (rank == 0) {
     snapshot.tensors.emplace_back("balancing.exp_avg", balancing.first_moment());
@@ -293,25 +332,48 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   std::vector<std::unique_ptr<SafetensorsFile>> shards;
   for (const std::string& name : optimizer_files(json::parse(read_text_file((dir / kChecksumFile).string()))))
     shards.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
-  auto restore = [&](const std::string& name, float* into, size_t count) {
+  // `count` floats from element `skip` on of the tensor `name`, which must be f32 of `size` elements; false
+  // when no shard has it.
+  auto read = [&](const std::string& name, float* into, int64_t count, int64_t skip, int64_t size) {
     for (const auto& shard : shards) {
       const SafetensorsEntry* entry = shard->find(name);
       if (!entry) continue;
-      if (entry->dtype != DType::F32 || size_t(entry->shape.numel()) != count)
-        throw Error(cat("is not f32 of ", count, " elements")).file(shard->path()).tensor(name);
-      convert_to_f32(shard->view(*entry), into);
-      return;
+      if (entry->dtype != DType::F32 || entry->shape.numel() != size)
+        throw Error(cat("is not f32 of ", size, " elements")).file(shard->path()).tensor(name);
+      const TensorView all = shard->view(*entry);
+      convert_to_f32({static_cast<char*>(all.data) + size_t(skip) * sizeof(float), DType::F32, {count}},
+                     into);
+      return true;
     }
-    throw Error("is in no optimizer shard").file(checkpoint_dir).tensor(name);
+    return false;
+  };
+  auto restore = [&](const std::string& name, float* into, int64_t count) {
+    if (!read(name, into, count, 0, count))
+      throw Error("is in no optimizer shard").file(checkpoint_dir).tensor(name);
   };
   for (const ParamAssignment& a : optimizer.assignments()) {
     if (!optimizer.owns(*a.param)) continue;
-    restore("exp_avg." + a.param->name, optimizer.first_moment(*a.param), size_t(a.param->numel()));
+    const ParamInfo& param = *a.param;
+    auto restore_param = [&](const std::string& name, float* into) {
+      if (param.role != ParamRole::ExpertWeight) return restore(name, into, param.numel());
+      // Per expert; checkpoints of earlier versions keep the whole [E, ...] tensor instead.
+      const int64_t piece = param.numel() / param.shape[0];
+      for (int64_t j = 0; j < param.shape[0]; ++j) {
+        const int64_t expert = params.table().experts().first + j;
+        if (!read(expert_state_name(name, expert), into + j * piece, piece, 0, piece) &&
+            !read(name, into + j * piece, piece, expert * piece, param.model_shape.numel()))
+          throw Error("is in no optimizer shard")
+              .file(checkpoint_dir)
+              .tensor(expert_state_name(name, expert));
+      }
+    };
+    restore_param("exp_avg." + param.name, optimizer.first_moment(param));
     if (a.optimizer == OptimizerKind::AdamW)
-      restore("exp_avg_sq." + a.param->name, optimizer.second_moment(*a.param), size_t(a.param->numel()));
+      restore_param("exp_avg_sq." + param.name, optimizer.second_moment(param));
   }
-  restore("balancing.exp_avg", balancing.first_moment().data(), balancing.first_moment().size());
-  restore("balancing.exp_avg_sq", balancing.second_moment().data(), balancing.second_moment().size());
+  restore("balancing.exp_avg", balancing.first_moment().data(), int64_t(balancing.first_moment().size()));
+  restore("balancing.exp_avg_sq", balancing.second_moment().data(),
+          int64_t(balancing.second_moment().size()));
 
   const std::string state_path = (dir / kStateFile).string();
   try {

@@ -5,13 +5,15 @@
 //   tokenizer.json                                           the run's tokenizer, so export is a copy
 //   optimizer-<r>-of-<R>.safetensors                         each rank's shard of the optimizer state
 //                                                            (AdamW moments / Muon momentum by parameter
-//                                                            name; the balancing state in shard 0)
+//                                                            name, expert weights' per expert as
+//                                                            <name>.<expert>; the balancing state in
+//                                                            shard 0)
 //   trainer_state.json                                       step, tokens, stage, data position, counters
 //   checksums.json                                           CRC-32 of every file above
 // Every rank writes its own files into a temporary directory; once all have, rank 0 writes the checksums,
 // fsyncs, renames the directory into place, and only then names it in RUN/checkpoints/latest. A checkpoint
 // whose checksums fail is reported and the previous one is used. The optimizer state is found by name in
-// whichever shard holds it, so a checkpoint loads at any rank count.
+// whichever shard holds it, so a checkpoint loads at any rank count and any expert-parallel size.
 
 #include <cstdint>
 #include <string>
@@ -24,9 +26,10 @@
 
 namespace zaya {
 
-class ParameterStore;
-class Optimizer;
 class BalancingController;
+class Communicator;
+class Optimizer;
+class ParameterStore;
 
 struct TrainerState {
   int64_t step = 0;    // optimizer steps done
@@ -52,9 +55,12 @@ struct CheckpointSnapshot {
   size_t first_model_param = 0;  // the model share's first tensor, as an index into the parameter table
 };
 
+// Collective over expert_group when the store holds some experts only (expert parallelism, the groups being
+// consecutive runs of ranks): the experts of the tensors this rank writes are gathered from its group.
 CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore& params, Optimizer& optimizer,
                                  BalancingController& balancing, const TrainerState& state,
-                                 const std::string& tokenizer_path, int rank = 0, int ranks = 1);
+                                 const std::string& tokenizer_path, int rank = 0, int ranks = 1,
+                                 Communicator* expert_group = nullptr);
 
 using FileChecksums = std::vector<std::pair<std::string, std::string>>;  // file name, CRC-32 in hex
 

@@ -18,34 +18,35 @@ double since(Clock::time_point start) {
 
 }  // namespace
 
-std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, int64_t bucket_floats) {
-  const int64_t total = table.total_floats();
-  if (bucket_floats <= 0) return {{0, total, -1}};
-  // The table keeps each layer's parameters together, layers in order (transformers' state_dict order).
+std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, int64_t begin, int64_t end,
+                                                  int64_t bucket_floats) {
+  if (bucket_floats <= 0) return {{begin, end, -1}};
+  // The region keeps each layer's parameters together, layers in order (transformers' state_dict order).
   std::vector<int64_t> layer_begin;  // [layers] where each layer's gradients start
-  int64_t layers_end = total;        // where what follows the layers starts
+  int64_t layers_end = end;          // where what follows the layers starts
   for (const ParamInfo& param : table.params()) {
+    if (param.offset < begin || param.offset >= end) continue;
     if (param.layer >= 0 && size_t(param.layer) == layer_begin.size()) layer_begin.push_back(param.offset);
-    if (param.layer < 0 && !layer_begin.empty() && layers_end == total) layers_end = param.offset;
+    if (param.layer < 0 && !layer_begin.empty() && layers_end == end) layers_end = param.offset;
   }
   std::vector<GradientBucket> buckets;
-  int64_t end = layers_end;
+  int64_t bucket_end = layers_end;
   for (int64_t l = int64_t(layer_begin.size()) - 1; l >= 0; --l) {
-    const int64_t begin = layer_begin[size_t(l)];
-    if (end - begin >= bucket_floats || l == 0) {
-      buckets.push_back({begin, end, l});
-      end = begin;
+    const int64_t bucket_begin = layer_begin[size_t(l)];
+    if (bucket_end - bucket_begin >= bucket_floats || l == 0) {
+      buckets.push_back({bucket_begin, bucket_end, l});
+      bucket_end = bucket_begin;
     }
   }
-  if (layers_end < total) buckets.push_back({layers_end, total, -1});
-  const int64_t layers_begin = layer_begin.empty() ? total : layer_begin.front();
-  if (layers_begin > 0) buckets.push_back({0, layers_begin, -1});
+  if (layers_end < end) buckets.push_back({layers_end, end, -1});
+  const int64_t layers_begin = layer_begin.empty() ? end : layer_begin.front();
+  if (layers_begin > begin) buckets.push_back({begin, layers_begin, -1});
   return buckets;
 }
 
 GradientReducer::GradientReducer(const ParameterTable& table, OptimizerShards shards, Communicator& comm,
                                  int64_t bucket_floats)
-    : buckets_(plan_gradient_buckets(table, bucket_floats)),
+    : buckets_(plan_gradient_buckets(table, shards.bounds.front(), shards.bounds.back(), bucket_floats)),
       shards_(std::move(shards)),
       comm_(comm),
       owned_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float)) {}

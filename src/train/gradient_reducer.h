@@ -1,10 +1,11 @@
 #pragma once
-// Data parallel: the gradients of every rank summed over the ranks onto the owner of each range (ZeRO-1,
-// optim/optimizer_shards.h), in buckets that start while the backward pass is still at work on earlier
-// layers. Backward finishes the decoder layers last to first; a bucket is a run of consecutive layers of
-// the flat layout (at least bucket_floats, except the lowest) and starts as soon as its lowest layer is
-// done. What lies outside the layers (embedding, final norm, input scale and bias, LM head) is final only
-// at the end of the pass and goes last.
+// Data parallel: the gradients of one region of the layout (the dense parameters over all ranks, or the
+// expert weights over the ranks that hold the same experts) summed over a group of ranks onto the owner of
+// each range (ZeRO-1, optim/optimizer_shards.h), in buckets that start while the backward pass is still at
+// work on earlier layers. Backward finishes the decoder layers last to first; a bucket is a run of
+// consecutive layers of the region (at least bucket_floats, except the lowest) and starts as soon as its
+// lowest layer is done. What lies outside the layers (embedding, final norm, input scale and bias, LM
+// head) is final only at the end of the pass and goes last.
 
 #include <cstdint>
 #include <memory>
@@ -24,17 +25,21 @@ struct GradientBucket {
   int64_t ready_layer = -1;    // its gradients are final once this layer's backward is done; -1: the pass
 };
 
-// In the order they become final. bucket_floats = 0: one bucket of everything, at the end of the pass.
-std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, int64_t bucket_floats);
+// The buckets of the region [begin, end) of the layout, in the order they become final. bucket_floats = 0:
+// one bucket of the whole region, at the end of the pass.
+std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, int64_t begin, int64_t end,
+                                                  int64_t bucket_floats);
 
 class GradientReducer {
  public:
+  // shards: the ranges of comm's ranks, which cover the region they were planned for.
   GradientReducer(const ParameterTable& table, OptimizerShards shards, Communicator& comm,
                   int64_t bucket_floats);
   ~GradientReducer();
 
-  // One reduction of grads [total floats], which must stay untouched by anything but the backward pass
-  // until finish(): start() first, layer_done(l) after each layer's backward, then finish(). Collective.
+  // One reduction of the region of grads [total floats], which must stay untouched by anything but the
+  // backward pass until finish(): start() first, layer_done(l) after each layer's backward, then finish().
+  // Collective.
   void start(float* grads);
   void layer_done(int64_t layer);  // starts the buckets this layer completes; moves those in flight on
   void finish();                   // the rest; then grads' owned range holds the sums over ranks

@@ -10,10 +10,17 @@
 namespace zaya {
 
 TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing,
-                     Communicator& comm, OptimizerShards shards, int64_t bucket_floats)
-    : model_(model), optimizer_(optimizer), balancing_(balancing), comm_(comm), shards_(std::move(shards)) {
-  if (comm.size() > 1)
-    reducer_ = std::make_unique<GradientReducer>(model.params().table(), shards_, comm, bucket_floats);
+                     ShardedRegion dense, ShardedRegion experts, int64_t bucket_floats)
+    : model_(model),
+      optimizer_(optimizer),
+      balancing_(balancing),
+      comm_(*dense.comm),
+      regions_{std::move(dense), std::move(experts)} {
+  for (const ShardedRegion& region : regions_) {
+    if (region.comm->size() > 1)
+      reducers_.push_back(std::make_unique<GradientReducer>(model.params().table(), region.shards,
+                                                            *region.comm, bucket_floats));
+  }
   for (const ParamInfo& param : model.params().table().params()) {
     if (param.role == ParamRole::BalancingBias) biases_.push_back(model.params().value(param));
   }
@@ -54,11 +61,18 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   // The gradients are summed over ranks while the last micro-batch's backward pass goes on (each bucket
   // once the layers in it are final). Collective: a rank without micro-batches, or a step with a
   // non-finite loss, takes part all the same.
-  const int64_t gradient_bytes = params.table().total_floats() * int64_t(sizeof(float));
-  if (reducer_) reducer_->start(params.grads());
+  int64_t shared_bytes = 0;  // of the regions held by more than one rank
+  for (const ShardedRegion& region : regions_) {
+    if (region.comm->size() > 1)
+      shared_bytes += (region.shards.bounds.back() - region.shards.bounds.front()) * int64_t(sizeof(float));
+  }
+  for (auto& reducer : reducers_) reducer->start(params.grads());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
-    if (reducer_ && m + 1 == micro_batches.size())
-      model_.set_layer_backward_hook([this](int64_t layer) { reducer_->layer_done(layer); });
+    if (!reducers_.empty() && m + 1 == micro_batches.size()) {
+      model_.set_layer_backward_hook([this](int64_t layer) {
+        for (auto& reducer : reducers_) reducer->layer_done(layer);
+      });
+    }
     const ForwardResult result = model_.forward_backward(micro_batches[m], loss_scale);
     loss_sum += result.loss_sum;
     aux_sum += result.aux_loss_sum;
@@ -73,12 +87,14 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
       to.lse_square_sum += from.lse_square_sum;
     }
   }
-  if (reducer_) {
+  if (!reducers_.empty()) {
     model_.set_layer_backward_hook({});
-    reducer_->finish();
-    report.gradient_seconds = reducer_->seconds();
-    report.communication_seconds += reducer_->seconds();
-    report.communication_bytes += gradient_bytes;
+    for (auto& reducer : reducers_) {
+      reducer->finish();
+      report.gradient_seconds += reducer->seconds();
+    }
+    report.communication_seconds += report.gradient_seconds;
+    report.communication_bytes += shared_bytes;
   }
   // Everything a metric or the balancing update reads is summed over ranks, in one call per type.
   std::vector<int64_t> route_counts;
@@ -120,7 +136,12 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.skipped = true;
     return report;
   }
-  collective(gradient_bytes, [&] { comm_.all_gather(params.values(), shards_.counts()); });
+  collective(shared_bytes, [&] {
+    for (const ShardedRegion& region : regions_) {
+      if (region.comm->size() > 1)
+        region.comm->all_gather(params.values() + region.shards.bounds.front(), region.shards.counts());
+    }
+  });
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   balancing_.update(counts, biases_);

@@ -2,10 +2,12 @@
 // One optimizer step over a global batch: every micro-batch's forward and backward accumulated into the
 // gradients, then the Muon/AdamW update and the balancing-bias update, with the metrics of the step.
 // Data parallel: each rank runs its own micro-batches of the global batch; the gradients are summed over
-// ranks onto the rank that owns each parameter's optimizer state (reduce-scatters in buckets, started
-// during the last backward pass: train/gradient_reducer.h), each owner updates its parameters, and the
-// new values are all-gathered. Loss, token counts and routing counts are summed
-// over ranks first, so the step is the one-process step of the whole global batch.
+// the ranks that hold the parameter onto the rank that owns its optimizer state (reduce-scatters in
+// buckets, started during the last backward pass: train/gradient_reducer.h), each owner updates its
+// parameters, and the new values are all-gathered over the same ranks. The dense parameters are held by
+// every rank; the expert weights, under expert parallelism, by the ranks with the same experts. Loss,
+// token counts and routing counts are summed over all ranks first, so the step is the one-process step of
+// the whole global batch.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,12 @@ struct RoutingMetrics {
   double entropy = 0;  // mean router entropy per token, in nats
 };
 
+// A region of the parameter layout, the ranks that hold it alike, and their optimizer ranges in it.
+struct ShardedRegion {
+  Communicator* comm = nullptr;
+  OptimizerShards shards;
+};
+
 struct StepReport {
   double loss = 0;                   // mean cross-entropy over the labelled positions of the global batch
   double aux_loss = 0;               // auxiliary router losses per token (0 when off)
@@ -44,10 +52,11 @@ struct StepReport {
 
 class TrainStep {
  public:
-  // shards: the optimizer ranges of comm's ranks; `optimizer` owns this rank's. bucket_floats: the size of
-  // a gradient bucket (0: one reduction after the backward pass).
-  TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing, Communicator& comm,
-            OptimizerShards shards, int64_t bucket_floats);
+  // dense: the dense parameters over all ranks (its communicator sums the step's metrics too); experts: the
+  // expert weights over the ranks holding this rank's experts. `optimizer` owns this rank's range of each.
+  // bucket_floats: the size of a gradient bucket (0: one reduction after the backward pass).
+  TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing, ShardedRegion dense,
+            ShardedRegion experts, int64_t bucket_floats);
   ~TrainStep();
 
   // micro_batches: this rank's part of the global batch. The loss of each micro-batch is scaled by
@@ -59,10 +68,10 @@ class TrainStep {
   ZayaModel& model_;
   Optimizer& optimizer_;
   BalancingController& balancing_;
-  Communicator& comm_;
-  OptimizerShards shards_;
-  std::unique_ptr<GradientReducer> reducer_;  // with more than one rank
-  std::vector<float*> biases_;                // each layer's balancing_biases
+  Communicator& comm_;                                      // all ranks
+  ShardedRegion regions_[2];                                // dense, experts
+  std::vector<std::unique_ptr<GradientReducer>> reducers_;  // of the regions held by more than one rank
+  std::vector<float*> biases_;                              // each layer's balancing_biases
 };
 
 // The metrics of per-layer route counts and router statistics summed over a batch of `tokens` tokens.

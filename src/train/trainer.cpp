@@ -136,11 +136,14 @@ class BatchPrefetcher {
 };
 
 // Held-out loss on the same windows every time (per sequence length), with perplexity and bits per byte.
-// The windows are shared out over the ranks and the sums added up.
+// The windows are shared out over the ranks and the sums added up. In lockstep (expert parallelism, where
+// each forward pass is a collective of the expert group) every rank makes as many passes as the busiest,
+// the ones short of windows on a token whose loss does not count.
 class Evaluator {
  public:
-  Evaluator(const TrainConfig& config, int64_t vocab, const Tokenizer& tokenizer, Communicator& comm)
-      : config_(config), tokenizer_(tokenizer), comm_(comm) {
+  Evaluator(const TrainConfig& config, int64_t vocab, const Tokenizer& tokenizer, Communicator& comm,
+            bool lockstep)
+      : config_(config), tokenizer_(tokenizer), comm_(comm), lockstep_(lockstep) {
     std::vector<StageData> stages;
     for (const StageConfig& stage : config.stages)
       stages.push_back({stage.seq_len, {{config.data.validation, 1.0}}});
@@ -164,10 +167,14 @@ class Evaluator {
       const int32_t* targets = labels.data() + w * seq;
       bytes += int64_t(tokenizer_.decode(std::vector<int32_t>(targets, targets + seq)).size());
     }
-    for (int64_t first = 0; first < mine; first += micro) {
+    const int64_t busiest = (windows + comm_.size() - 1) / comm_.size();
+    const int64_t passes = ((lockstep_ ? busiest : mine) + micro - 1) / micro;
+    for (int64_t pass = 0, first = 0; pass < passes; ++pass, first += micro) {
+      const int32_t padding_id = 0, padding_label = kIgnoreLabel;
       const int64_t n = std::min(micro, mine - first);
       const ForwardResult result =
-          model.forward({ids.data() + first * seq, labels.data() + first * seq, nullptr, n, seq});
+          n > 0 ? model.forward({ids.data() + first * seq, labels.data() + first * seq, nullptr, n, seq})
+                : model.forward({&padding_id, &padding_label, nullptr, 1, 1});
       loss += result.loss_sum;
       labelled += result.labelled;
     }
@@ -188,6 +195,7 @@ class Evaluator {
   const TrainConfig& config_;
   const Tokenizer& tokenizer_;
   Communicator& comm_;
+  bool lockstep_;
   std::unique_ptr<DataLoader> loader_;
   std::vector<int64_t> bytes_;  // per stage: the UTF-8 bytes the evaluated targets decode to
 };
@@ -245,10 +253,31 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                 ? resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
                                                        tokenizer.bos_id(), tokenizer.eos_id())
                                 : load_config((fs::path(resume) / "config.json").string());
-  ParameterStore params(model_dims(model_config));
-  const OptimizerShards shards = plan_optimizer_shards(
-      assign_param_groups(params.table(), config.optimizer.groups), params.table().total_floats(), ranks);
-  Optimizer optimizer(params, config.optimizer, ops, {shards.begin(rank), shards.end(rank)});
+  // Expert parallel: consecutive groups of P ranks share each layer's experts, rank r holding the
+  // (r mod P)-th E / P of them; the ranks with the same experts (every P-th) reduce their gradients together.
+  const ModelDims dims = model_dims(model_config);
+  const int P = std::max(1, config.run.expert_parallel);
+  if (ranks % P != 0 || dims.experts % P != 0) {
+    throw Error(cat("expert parallelism over ", P, " ranks needs the ranks (", ranks, ") and the experts (",
+                    dims.experts, ") to be multiples of ", P))
+        .file(config.source)
+        .field("run.expert_parallel");
+  }
+  std::unique_ptr<Communicator> expert_group, expert_holders_group;
+  if (P > 1) {
+    expert_group = comm.split(rank / P, rank);
+    expert_holders_group = comm.split(rank % P, rank);
+  }
+  Communicator& expert_holders = P > 1 ? *expert_holders_group : comm;
+  const int64_t local_experts = dims.experts / P;
+  ParameterStore params(dims, {(rank % P) * local_experts, local_experts});
+  const ParameterTable& table = params.table();
+  const std::vector<ParamAssignment> assignments = assign_param_groups(table, config.optimizer.groups);
+  const OptimizerShards dense_shards = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks);
+  const OptimizerShards expert_shards =
+      plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), expert_holders.size());
+  Optimizer optimizer(params, config.optimizer, ops,
+                      {dense_shards.range(rank), expert_shards.range(expert_holders.rank())});
   BalancingController balancing(config.balancing, params.dims().layers, params.dims().experts);
   TrainerState state;
   if (!resume.empty()) {
@@ -268,23 +297,13 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
 
   ZayaModel model(params, ops);
   model.set_router_aux_loss(config.aux_loss);
-  TrainStep train_step(model, optimizer, balancing, comm, shards,
+  model.set_expert_group(expert_group.get());
+  TrainStep train_step(model, optimizer, balancing, {&comm, dense_shards}, {&expert_holders, expert_shards},
                        int64_t(config.run.gradient_bucket_mb * 1e6 / sizeof(float)));
   // Data parallel, the global batch does not depend on the rank count: its micro-batches are shared out
   // over the ranks, as evenly as they go, so that a run sees the same data on any number of ranks. Expert
   // parallel, every rank of a group must run as many micro-batches as the others (each is a collective of
   // the group): the batch is a multiple of micro_batch x ranks.
-  std::unique_ptr<Communicator> expert_group;
-  if (config.run.expert_parallel > 1) {
-    if (ranks % config.run.expert_parallel != 0) {
-      throw Error(cat("expert parallelism over ", config.run.expert_parallel, " ranks does not divide the ",
-                      ranks, " ranks"))
-          .file(config.source)
-          .field("run.expert_parallel");
-    }
-    expert_group = comm.split(rank / config.run.expert_parallel, rank);
-    model.set_expert_group(expert_group.get());
-  }
   const BatchRamp ramp(config.batch, expert_group ? ranks : 1);
   std::vector<StageData> stage_data;
   for (const StageConfig& stage : config.stages) stage_data.push_back({stage.seq_len, stage.mixture});
@@ -292,7 +311,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   if (!resume.empty()) loader.restore(state.loader);
   std::unique_ptr<Evaluator> evaluator;
   if (!config.data.validation.empty())
-    evaluator = std::make_unique<Evaluator>(config, params.dims().vocab, tokenizer, comm);
+    evaluator = std::make_unique<Evaluator>(config, params.dims().vocab, tokenizer, comm, P > 1);
 
   std::unique_ptr<MetricsLog> log;
   if (leader) log = std::make_unique<MetricsLog>(run_dir, config.log.tensorboard);
@@ -310,14 +329,16 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     return result;
   }
 
-  const ModelStats stats =
-      model_stats(params.table(), params.dims(), config.stages[size_t(plan.stage)].seq_len);
+  const ParameterTable whole_model(dims);  // what the counts are of, whatever experts this rank holds
+  const ModelStats stats = model_stats(whole_model, dims, config.stages[size_t(plan.stage)].seq_len);
   say(cat(resume.empty() ? "starting " : "resuming ", run_dir, resume.empty() ? "" : " from " + resume, ": ",
           params.dims().layers, " layers, hidden ", params.dims().hidden, ", ", params.dims().experts,
           " experts; ", stats.total, " parameters (", stats.active_non_embedding, " active non-embedding); ",
           stages, " stage(s), ", total, " tokens",
           ranks > 1 ? cat("; ", ranks, " data-parallel ranks",
-                          expert_group ? cat(", experts shared by groups of ", expert_group->size()) : "",
+                          expert_group ? cat(", experts shared by groups of ", P, " (", local_experts,
+                                             " of each layer's ", dims.experts, " per rank)")
+                                       : "",
                           ", ", num_threads(), " threads each")
                     : ""));
   const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
@@ -326,14 +347,15 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
   auto save = [&](bool wait) {
-    last_checkpoint = checkpoints.start(
-        take_snapshot(model_config, params, optimizer, balancing, state, config.data.tokenizer, rank, ranks));
+    last_checkpoint =
+        checkpoints.start(take_snapshot(model_config, params, optimizer, balancing, state,
+                                        config.data.tokenizer, rank, ranks, expert_group.get()));
     if (wait) checkpoints.finish();
   };
   double flops_per_token = 0;  // of a training step at the stage's sequence length
   auto enter_stage = [&](int64_t stage) {
     const StageConfig& s = config.stages[size_t(stage)];
-    flops_per_token = model_stats(params.table(), params.dims(), s.seq_len).training_flops_per_token;
+    flops_per_token = model_stats(whole_model, dims, s.seq_len).training_flops_per_token;
     if (s.rope_theta > 0) {
       model.set_rope_theta(s.rope_theta);
       for (auto& [type, rope] : model_config.rope_parameters) rope.rope_theta = s.rope_theta;
@@ -350,12 +372,17 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     say(cat("eval at step ", m.step, ": loss ", m.loss, ", perplexity ", m.perplexity, ", bits per byte ",
             m.bits_per_byte, " (", m.eval_tokens, " tokens)"));
   };
+  // On rank 0, or with expert parallelism on the ranks of its group (which hold the experts between them).
   auto sample = [&] {
-    if (config.sample.max_new_tokens == 0 || !leader) return;
+    if (config.sample.max_new_tokens == 0 || rank >= P) return;
     SamplingOptions options{config.sample.max_new_tokens, config.sample.temperature, config.sample.top_p,
                             config.run.seed + uint64_t(state.step), tokenizer.eos_id()};
     const std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
-    const std::string text = tokenizer.decode(generate(model, prompt, options), true);
+    const std::vector<int32_t> tokens = expert_group
+                                            ? generate_in_expert_group(model, prompt, options, *expert_group)
+                                            : generate(model, prompt, options);
+    if (!leader) return;
+    const std::string text = tokenizer.decode(tokens, true);
     log->event("sample", state.step,
                nlohmann::json({{"prompt", config.sample.prompt}, {"text", text}}).dump());
     say(cat("sample at step ", state.step, ": ", one_line(config.sample.prompt + text)));

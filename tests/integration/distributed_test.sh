@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Training over MPI on this machine (loopback): 2 data-parallel ranks, 2 expert-parallel ranks, and 4 ranks
 # as 2 data-parallel groups of 2 expert-parallel ones, each against one process with the same global batch
-# (losses and weights); a rank that fails mid-run ending the job with its reason; a run saved at 2 ranks
-# resumed at 1; ranks that disagree on the configuration.
+# (losses, evaluation, weights, sample); a rank that fails mid-run ending the job with its reason; a run
+# saved at 2 ranks resumed at 1, and an expert-parallel one saved at 2 resumed at 4; ranks that disagree on
+# the configuration.
 # Usage: distributed_test.sh ZAYA_BINARY COMPARE_TENSORS_BINARY CONFIGS_DIR
 set -u
 zaya=$1 compare=$2 configs=$3
@@ -27,11 +28,14 @@ args=(train "$configs/tiny.toml" --set "data.tokenizer=\"$tmp/tokenizer.json\""
       --set "data.validation=\"$tmp/docs_val\"" --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}"
       --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
       --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
-losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
+# "step loss" lines of a run's training steps (or, with a second argument, of its evaluations).
+losses() { grep "\"type\":\"${2:-train}\"" "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
+sample() { grep '"type":"sample"' "$1/metrics.jsonl" | sed 's/.*"text":\(".*"\),"type".*/\1/'; }
 final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }  # a model directory
-# Steps both files hold must agree to 1e-5 in loss; prints the worst difference.
+# Steps both runs hold must agree to 1e-5 in loss (training, or evaluation with a third argument); prints
+# the worst difference.
 same_losses() {
-  join <(losses "$1" | sort -k1,1) <(losses "$2" | sort -k1,1) \
+  join <(losses "$1" ${3:-} | sort -k1,1) <(losses "$2" ${3:-} | sort -k1,1) \
     | awk 'BEGIN { worst = 0; n = 0 } { d = $2 - $3; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
            END { printf "%d steps, worst loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= 1e-5) }'
 }
@@ -49,16 +53,24 @@ out=$(same_losses "$tmp/one" "$tmp/two") && [ "$(losses "$tmp/two" | wc -l)" -ge
 out=$("$compare" "$(final "$tmp/two")" "$(final "$tmp/one")" 1e-5) && ok "weights at 2 ranks: $out" \
   || fail "weights at 2 ranks: $out"
 
-# Expert parallel: 2 ranks sharing the experts, and 4 ranks as 2 data-parallel groups of 2.
+# Expert parallel: 2 ranks sharing the experts, and 4 ranks as 2 data-parallel groups of 2. Each rank holds
+# half of the experts; evaluation and the closing sample run over the expert group.
 for layout in "2 2" "4 2"; do
   read -r n ep <<<"$layout"
   "${mpirun[@]}" -np $n "$zaya" "${args[@]}" --set run.expert_parallel=$ep --run-dir "$tmp/ep$n" > "$tmp/ep$n.log" 2>&1 \
-    && grep -q "$n data-parallel ranks, experts shared by groups of $ep" "$tmp/ep$n.log" \
+    && held=$(grep -o "$n data-parallel ranks, experts shared by groups of $ep ([0-9]* of each layer's [0-9]*" "$tmp/ep$n.log") \
+    && read -r mine all <<<"$(sed "s/.*(\([0-9]*\) of each layer's \([0-9]*\)/\1 \2/" <<<"$held")" \
+    && [ $((mine * ep)) = "$all" ] \
     && ok "$n ranks, expert groups of $ep, train" || { fail "$n ranks, expert groups of $ep"; tail -5 "$tmp/ep$n.log"; }
   out=$(same_losses "$tmp/one" "$tmp/ep$n") && ok "losses at $n ranks, expert groups of $ep: $out" \
     || fail "losses at $n ranks, expert groups of $ep: $out"
+  out=$(same_losses "$tmp/one" "$tmp/ep$n" eval) && ok "evaluation at $n ranks, expert groups of $ep: $out" \
+    || fail "evaluation at $n ranks, expert groups of $ep: $out"
   out=$("$compare" "$(final "$tmp/ep$n")" "$(final "$tmp/one")" 1e-5) \
     && ok "weights at $n ranks, expert groups of $ep: $out" || fail "weights at $n ranks, expert groups of $ep: $out"
+  [ -n "$(sample "$tmp/one")" ] && [ "$(sample "$tmp/ep$n")" = "$(sample "$tmp/one")" ] \
+    && ok "sample at $n ranks, expert groups of $ep" \
+    || fail "sample at $n ranks, expert groups of $ep: $(sample "$tmp/ep$n") vs $(sample "$tmp/one")"
 done
 out=$("${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set run.expert_parallel=3 --run-dir "$tmp/ep3" 2>&1)
 [ $? -ne 0 ] && grep -q "run.expert_parallel" <<<"$out" && ok "expert groups that do not divide the ranks" \
@@ -82,6 +94,18 @@ code=$? elapsed=$(($(date +%s) - start))
 out=$(same_losses "$tmp/fault" "$tmp/two") && ok "losses after the resume: $out" || fail "losses after the resume: $out"
 out=$("$compare" "$(final "$tmp/fault")" "$(final "$tmp/two")" 1e-5) && ok "weights after the resume: $out" \
   || fail "weights after the resume: $out"
+
+# Expert parallel, saved at 2 ranks (each holding half of the experts and their optimizer state) and
+# resumed at 4 ranks as 2 groups of 2, whose optimizer ranges differ: it ends where the one-process run did.
+"${mpirun[@]}" -np 2 "$zaya" "${fault_args[@]}" --set run.expert_parallel=2 --set debug.fail_rank=0 \
+  --set debug.fail_step=13 --run-dir "$tmp/ep_fault" > "$tmp/ep_fault.log" 2>&1
+"${mpirun[@]}" -np 4 "$zaya" "${fault_args[@]}" --set run.expert_parallel=2 --run-dir "$tmp/ep_fault" \
+  > "$tmp/ep_resume.log" 2>&1 \
+  && from=$(grep -o "resuming .*step_\(5\|10\)" "$tmp/ep_resume.log") \
+  && ok "expert groups: saved at 2 ranks, resumed at 4 (${from##*/})" || { fail "expert groups: resume at 4"; tail -5 "$tmp/ep_resume.log"; }
+out=$(same_losses "$tmp/ep_fault" "$tmp/one") && ok "losses after that resume: $out" || fail "losses after that resume: $out"
+out=$("$compare" "$(final "$tmp/ep_fault")" "$(final "$tmp/one")" 1e-5) && ok "weights after that resume: $out" \
+  || fail "weights after that resume: $out"
 
 # A rank killed outright (-9, no chance to say why) still ends the whole job within seconds, not a hang.
 start=$(date +%s)

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -92,6 +94,57 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   EXPECT_EQ(load_model(found).params->table().total_floats(), saved.params.table().total_floats());
 }
 
+// Expert parallelism: a rank holding some experts loads their rows of the model and their optimizer state,
+// which is kept per expert, and also from the whole [E, ...] state tensors that earlier versions wrote.
+TEST(Checkpoint, ExpertStateLoadsIntoAStoreOfSomeExpertsInBothLayouts) {
+  test::TempDir dir;
+  RunState saved(1);
+  const ModelDims dims = saved.params.dims();
+  const int64_t half = dims.experts / 2;
+  const CheckpointSnapshot per_expert =
+      take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing, saved.state(20), "");
+  CheckpointSnapshot whole = per_expert;
+  for (const ParamInfo& param : saved.params.table().params()) {
+    if (param.role != ParamRole::ExpertWeight) continue;
+    for (const std::string prefix : {"exp_avg.", "exp_avg_sq."}) {
+      std::vector<float> joined;
+      for (int64_t e = 0; e < dims.experts; ++e) {
+        const std::string name = prefix + param.name + "." + std::to_string(e);
+        const auto it = std::find_if(whole.tensors.begin(), whole.tensors.end(),
+                                     [&](const auto& tensor) { return tensor.first == name; });
+        if (it == whole.tensors.end()) break;  // a Muon parameter has no second moment
+        joined.insert(joined.end(), it->second.begin(), it->second.end());
+        whole.tensors.erase(it);
+      }
+      if (!joined.empty()) whole.tensors.emplace_back(prefix + param.name, std::move(joined));
+    }
+  }
+  ASSERT_LT(whole.tensors.size(), per_expert.tensors.size());
+  for (const auto& [name, snapshot] :
+       {std::pair{"per_expert", &per_expert}, std::pair{"whole", &std::as_const(whole)}}) {
+    SCOPED_TRACE(name);
+    write_checkpoint(*snapshot, dir.file(name), 1);
+    ParameterStore part(dims, {half, half});
+    Optimizer optimizer(part, {}, cpu_ops());
+    BalancingController balancing({}, 2, 4);
+    load_checkpoint(find_checkpoint(dir.file(name)), part, optimizer, balancing);
+    for (const ParamAssignment& a : optimizer.assignments()) {
+      const ParamInfo& full = saved.params.table().at(a.param->name);
+      const int64_t skip =
+          a.param->role == ParamRole::ExpertWeight ? half * (full.numel() / dims.experts) : 0;
+      const size_t bytes = size_t(a.param->numel()) * 4;
+      EXPECT_EQ(std::memcmp(part.value(*a.param), saved.params.value(full) + skip, bytes), 0) << full.name;
+      Optimizer& want = saved.optimizer;
+      EXPECT_EQ(std::memcmp(optimizer.first_moment(*a.param), want.first_moment(full) + skip, bytes), 0)
+          << full.name;
+      if (a.optimizer == OptimizerKind::AdamW) {
+        EXPECT_EQ(std::memcmp(optimizer.second_moment(*a.param), want.second_moment(full) + skip, bytes), 0)
+            << full.name;
+      }
+    }
+  }
+}
+
 TEST(Checkpoint, FallsBackPastDamageAndKeepsTheNewest) {
   test::TempDir dir;
   RunState run(1);
@@ -148,9 +201,12 @@ TEST(Checkpoint, ShardsWrittenAtTwoRanksLoadAtAnyRankCount) {
   const std::string temp = checkpoint_temp_dir(dir.path(), 20);
   fs::create_directories(temp);
   FileChecksums files;
-  const OptimizerShards two = plan_optimizer_shards(saved.optimizer.assignments(), floats, 2);
+  const int64_t dense = saved.params.table().dense_floats();
+  const auto& assignments = saved.optimizer.assignments();
+  const OptimizerShards two = plan_optimizer_shards(assignments, 0, dense, 2),
+                        two_experts = plan_optimizer_shards(assignments, dense, floats, 2);
   for (int rank = 0; rank < 2; ++rank) {
-    Optimizer shard(saved.params, {}, cpu_ops(), {two.begin(rank), two.end(rank)});
+    Optimizer shard(saved.params, {}, cpu_ops(), {two.range(rank), two_experts.range(rank)});
     shard.set_steps_taken(saved.optimizer.steps_taken());
     for (const ParamAssignment& a : shard.assignments()) {
       if (!shard.owns(*a.param)) continue;
@@ -175,9 +231,10 @@ TEST(Checkpoint, ShardsWrittenAtTwoRanksLoadAtAnyRankCount) {
   RunState whole(2);
   load_checkpoint(found, whole.params, whole.optimizer, whole.balancing);
   EXPECT_EQ(std::memcmp(whole.params.values(), saved.params.values(), size_t(floats) * 4), 0);
-  const OptimizerShards three = plan_optimizer_shards(saved.optimizer.assignments(), floats, 3);
+  const OptimizerShards three = plan_optimizer_shards(assignments, 0, dense, 3),
+                        three_experts = plan_optimizer_shards(assignments, dense, floats, 3);
   RunState other(3);
-  Optimizer third(other.params, {}, cpu_ops(), {three.begin(1), three.end(1)});
+  Optimizer third(other.params, {}, cpu_ops(), {three.range(1), three_experts.range(1)});
   load_checkpoint(found, other.params, third, other.balancing);
   for (const ParamAssignment& a : saved.optimizer.assignments()) {
     const size_t bytes = size_t(a.param->numel()) * 4;

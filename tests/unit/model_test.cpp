@@ -88,6 +88,60 @@ TEST(ModelInit, DoesNotDependOnTheThreadCount) {
   EXPECT_NE(std::memcmp(one.values(), other.values(), size_t(one.table().total_floats()) * 4), 0);
 }
 
+// Expert parallelism: a store of some experts holds the rows of transformers' [E, ...] tensors that the
+// whole model has there (drawn by init, read from a model directory), the expert weights after the dense
+// parameters, and refuses what needs every expert.
+TEST(ExpertSlice, HoldsItsRowsOfTheWholeModel) {
+  test::TempDir dir;
+  const ZayaConfig config = tiny();
+  const ModelDims dims = model_dims(config);
+  ASSERT_EQ(dims.experts % 2, 0);
+  const int64_t half = dims.experts / 2;
+  ParameterStore whole(dims);
+  init_parameters(whole, 0.02, 3);
+  save_model(config, whole, dir.file("model"));
+  for (int64_t part = 0; part < 2; ++part) {
+    SCOPED_TRACE("experts from " + std::to_string(part * half));
+    ParameterStore drawn(dims, {part * half, half}), loaded(dims, {part * half, half});
+    init_parameters(drawn, 0.02, 3);
+    load_weights(dir.file("model"), loaded, config.tie_word_embeddings);
+    EXPECT_FALSE(drawn.table().holds_all_experts());
+    int64_t expert_floats = 0;
+    for (const ParamInfo& param : drawn.table().params()) {
+      const ParamInfo& full = whole.table().at(param.name);
+      EXPECT_EQ(param.role == ParamRole::ExpertWeight, param.offset >= drawn.table().dense_floats())
+          << param.name;
+      EXPECT_TRUE(param.model_shape == full.shape) << param.name;
+      const float* want = whole.value(full);
+      if (param.role == ParamRole::ExpertWeight) {
+        EXPECT_EQ(param.shape[0], half) << param.name;
+        want += part * half * (full.numel() / dims.experts);
+        expert_floats += param.numel();
+      }
+      const size_t bytes = size_t(param.numel()) * sizeof(float);
+      EXPECT_EQ(std::memcmp(drawn.value(param), want, bytes), 0) << param.name;
+      EXPECT_EQ(std::memcmp(loaded.value(param), want, bytes), 0) << param.name;
+    }
+    int64_t whole_expert_floats = 0;
+    for (const ParamInfo& param : whole.table().params())
+      whole_expert_floats += param.role == ParamRole::ExpertWeight ? param.numel() : 0;
+    EXPECT_EQ(2 * expert_floats, whole_expert_floats);
+
+    EXPECT_THROW(save_model(config, drawn, dir.file("part")), Error);
+    ZayaModel model(drawn, cpu_ops());
+    const std::vector<int32_t> ids = random_ids(8, dims.vocab, 1);
+    try {
+      model.forward({ids.data(), nullptr, nullptr, 1, 8});
+      ADD_FAILURE() << "a forward pass without the other experts";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expert-parallel group"), std::string::npos) << e.what();
+    }
+    DecodeCache cache = make_decode_cache(dims, 4);
+    EXPECT_THROW(model.decode_step(ids[0], cache), Error);
+    EXPECT_THROW(model.set_expert_group(nullptr), Error);  // not all experts, and no group to share them
+  }
+}
+
 TEST(ModelDirectory, RoundTripsInFloat32AndBfloat16AndShards) {
   test::TempDir dir;
   const ZayaConfig config = tiny();

@@ -20,6 +20,7 @@
 #include "optim/schedule.h"
 #include "train/gradient_reducer.h"
 #include "train/train_step.h"
+#include "unit/test_util.h"
 
 namespace zaya {
 namespace {
@@ -323,18 +324,15 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
   Optimizer split_opt(split, {}, cpu_ops()), whole_opt(whole, {}, cpu_ops());
   BalancingController split_bal({}, 2, 4), whole_bal({}, 2, 4);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
-  const int64_t floats = split.table().total_floats();
-  TrainStep split_step(split_model, split_opt, split_bal, *comm,
-                       plan_optimizer_shards(split_opt.assignments(), floats, 1), 0);
-  TrainStep whole_step(whole_model, whole_opt, whole_bal, *comm,
-                       plan_optimizer_shards(whole_opt.assignments(), floats, 1), 0);
+  const auto split_step = test::one_process_train_step(split_model, split_opt, split_bal, *comm);
+  const auto whole_step = test::one_process_train_step(whole_model, whole_opt, whole_bal, *comm);
 
   std::vector<Batch> parts;
   for (int64_t k = 0; k < sequences / micro; ++k) {
     parts.push_back({ids.data() + k * micro * seq, labels.data() + k * micro * seq, nullptr, micro, seq});
   }
-  const StepReport a = split_step.run(parts, 1.0);
-  const StepReport b = whole_step.run({{ids.data(), labels.data(), nullptr, sequences, seq}}, 1.0);
+  const StepReport a = split_step->run(parts, 1.0);
+  const StepReport b = whole_step->run({{ids.data(), labels.data(), nullptr, sequences, seq}}, 1.0);
   EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss);
   EXPECT_NEAR(a.optimizer.grad_norm, b.optimizer.grad_norm, 1e-5 * b.optimizer.grad_norm);
   for (size_t l = 0; l < a.routing.size(); ++l) EXPECT_EQ(a.routing[l].fractions, b.routing[l].fractions);
@@ -352,38 +350,50 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
 namespace zaya {
 namespace {
 
-// ZeRO-1: optimizers that each own one shard, given the same gradients and the whole gradient's norm, make
-// together exactly the update of one optimizer that owns everything, step after step.
+// ZeRO-1: optimizers that each own one range of the dense region and one of the expert region, given the
+// same gradients and the whole gradient's norm, make together exactly the update of one optimizer that owns
+// everything, step after step. The regions are cut over different rank counts, as expert parallelism does.
 TEST(OptimizerShards, ShardedUpdatesEqualTheWholeUpdate) {
   const ModelDims dims = model_dims(preset_config("tiny"));
   ParameterStore whole(dims);
   init_parameters(whole, 0.02, 5);
-  const int64_t floats = whole.table().total_floats();
+  const ParameterTable& table = whole.table();
+  const int64_t floats = table.total_floats(), dense = table.dense_floats();
   const RandomStream rng(5, RngPurpose::Test, 3);
   for (int64_t i = 0; i < floats; ++i) whole.grads()[i] = 0.01f * rng.normal(uint64_t(i));
   OptimizerConfig config;
   config.grad_clip = 0.5f;  // clipping on, so that the norm matters
   Optimizer all(whole, config, cpu_ops());
 
-  const int ranks = 3;
-  const OptimizerShards shards = plan_optimizer_shards(all.assignments(), floats, ranks);
-  ASSERT_EQ(shards.ranks(), ranks);
-  EXPECT_EQ(shards.begin(0), 0);
-  EXPECT_EQ(shards.end(ranks - 1), floats);
+  const int ranks = 3, expert_ranks = 2;
+  const OptimizerShards dense_shards = plan_optimizer_shards(all.assignments(), 0, dense, ranks);
+  const OptimizerShards expert_shards = plan_optimizer_shards(all.assignments(), dense, floats, expert_ranks);
+  ASSERT_EQ(dense_shards.ranks(), ranks);
+  ASSERT_EQ(expert_shards.ranks(), expert_ranks);
+  EXPECT_EQ(dense_shards.begin(0), 0);
+  EXPECT_EQ(dense_shards.end(ranks - 1), dense);
+  EXPECT_EQ(expert_shards.begin(0), dense);
+  EXPECT_EQ(expert_shards.end(expert_ranks - 1), floats);
+  for (const ParamInfo& param : table.params()) {
+    EXPECT_EQ(param.role == ParamRole::ExpertWeight, param.offset >= dense) << param.name;
+  }
   std::vector<std::unique_ptr<ParameterStore>> parts;
   std::vector<std::unique_ptr<Optimizer>> optimizers;
   double shard_sum_squares = 0;
   for (int r = 0; r < ranks; ++r) {
-    EXPECT_LT(shards.begin(r), shards.end(r)) << "rank " << r << " owns nothing";
-    const bool at_parameter =
-        std::any_of(all.assignments().begin(), all.assignments().end(),
-                    [&](const ParamAssignment& a) { return a.param->offset == shards.begin(r); });
-    EXPECT_TRUE(at_parameter) << "rank " << r << " starts inside a parameter";
+    std::vector<std::pair<int64_t, int64_t>> owned = {dense_shards.range(r)};
+    if (r < expert_ranks) owned.push_back(expert_shards.range(r));
+    for (const auto& [begin, end] : owned) {
+      EXPECT_LT(begin, end) << "rank " << r << " owns nothing";
+      const bool at_parameter =
+          std::any_of(all.assignments().begin(), all.assignments().end(),
+                      [&](const ParamAssignment& a) { return a.param->offset == begin; });
+      EXPECT_TRUE(at_parameter) << "rank " << r << " starts inside a parameter";
+    }
     parts.push_back(std::make_unique<ParameterStore>(dims));
     std::memcpy(parts.back()->values(), whole.values(), size_t(floats) * 4);
     std::memcpy(parts.back()->grads(), whole.grads(), size_t(floats) * 4);
-    optimizers.push_back(std::make_unique<Optimizer>(*parts.back(), config, cpu_ops(),
-                                                     std::pair{shards.begin(r), shards.end(r)}));
+    optimizers.push_back(std::make_unique<Optimizer>(*parts.back(), config, cpu_ops(), owned));
     shard_sum_squares += optimizers.back()->owned_grad_sum_squares();
   }
   const double whole_sum_squares = all.owned_grad_sum_squares();
@@ -394,29 +404,43 @@ TEST(OptimizerShards, ShardedUpdatesEqualTheWholeUpdate) {
     all.step(1.0, norm);
     for (int r = 0; r < ranks; ++r) optimizers[size_t(r)]->step(1.0, norm);
   }
-  for (int r = 0; r < ranks; ++r) {
-    const size_t count = size_t(shards.end(r) - shards.begin(r));
-    EXPECT_EQ(std::memcmp(parts[size_t(r)]->values() + shards.begin(r), whole.values() + shards.begin(r),
-                          count * 4),
-              0)
-        << "rank " << r;
-  }
+  auto same = [&](int r, std::pair<int64_t, int64_t> range) {
+    const auto [begin, end] = range;
+    EXPECT_EQ(
+        std::memcmp(parts[size_t(r)]->values() + begin, whole.values() + begin, size_t(end - begin) * 4), 0)
+        << "rank " << r << " at " << begin;
+    for (const ParamAssignment& a : all.assignments()) {
+      if (a.param->offset < begin || a.param->offset >= end) continue;
+      EXPECT_EQ(std::memcmp(optimizers[size_t(r)]->first_moment(*a.param), all.first_moment(*a.param),
+                            size_t(a.param->numel()) * 4),
+                0)
+          << a.param->name;
+    }
+  };
+  for (int r = 0; r < ranks; ++r) same(r, dense_shards.range(r));
+  for (int r = 0; r < expert_ranks; ++r) same(r, expert_shards.range(r));
 }
 
-// Gradient buckets cover the flat layout once, in the order the backward pass finishes it: each decoder
-// layer's parameters in a bucket that starts at or after that layer's backward, the rest at the end.
-TEST(GradientBuckets, CoverTheLayoutOnceInTheOrderBackwardFinishesIt) {
+// Gradient buckets cover a region of the flat layout once, in the order the backward pass finishes it: each
+// decoder layer's parameters in a bucket that starts at or after that layer's backward, the rest at the end.
+class GradientBuckets : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GradientBuckets, CoverTheRegionOnceInTheOrderBackwardFinishesIt) {
+  const bool experts = GetParam();
   const ParameterStore store(model_dims(preset_config("tiny")));
   const ParameterTable& table = store.table();
-  const int64_t total = table.total_floats(), layers = store.dims().layers;
+  const int64_t begin = experts ? table.dense_floats() : 0;
+  const int64_t total = experts ? table.total_floats() : table.dense_floats(), layers = store.dims().layers;
+  auto in_region = [&](const ParamInfo& param) { return param.offset >= begin && param.offset < total; };
   int64_t largest_layer = 0;
   for (int64_t l = 0; l < layers; ++l) {
     int64_t floats = 0;
-    for (const ParamInfo& param : table.params()) floats += param.layer == l ? param.numel() : 0;
+    for (const ParamInfo& param : table.params())
+      floats += param.layer == l && in_region(param) ? param.numel() : 0;
     largest_layer = std::max(largest_layer, floats);
   }
-  for (int64_t bucket_floats : {int64_t(0), int64_t(1), 2 * largest_layer, total}) {
-    const std::vector<GradientBucket> buckets = plan_gradient_buckets(table, bucket_floats);
+  for (int64_t bucket_floats : {int64_t(0), int64_t(1), 2 * largest_layer, total - begin}) {
+    const std::vector<GradientBucket> buckets = plan_gradient_buckets(table, begin, total, bucket_floats);
     SCOPED_TRACE("bucket_floats " + std::to_string(bucket_floats));
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (size_t i = 0; i < buckets.size(); ++i) {
@@ -433,13 +457,14 @@ TEST(GradientBuckets, CoverTheLayoutOnceInTheOrderBackwardFinishesIt) {
       }
     }
     std::sort(ranges.begin(), ranges.end());
-    int64_t next = 0;
-    for (const auto& [begin, end] : ranges) {
-      EXPECT_EQ(begin, next);
-      next = end;
+    int64_t next = begin;
+    for (const auto& [from, to] : ranges) {
+      EXPECT_EQ(from, next);
+      next = to;
     }
     EXPECT_EQ(next, total);
     for (const ParamInfo& param : table.params()) {
+      if (!in_region(param)) continue;
       const auto holder = std::find_if(buckets.begin(), buckets.end(), [&](const GradientBucket& b) {
         return b.begin <= param.offset && param.offset + param.numel() <= b.end;
       });
@@ -461,6 +486,8 @@ TEST(GradientBuckets, CoverTheLayoutOnceInTheOrderBackwardFinishesIt) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DenseAndExperts, GradientBuckets, ::testing::Bool());
 
 }  // namespace
 }  // namespace zaya

@@ -7,6 +7,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "optim/optimizer.h"
+#include "train/train_step.h"
+
 namespace zaya::test {
 
 std::string fixture(const std::string& relative) {
@@ -34,6 +37,17 @@ std::string read_bytes(const std::string& path) {
   std::ostringstream contents;
   contents << in.rdbuf();
   return contents.str();
+}
+
+std::unique_ptr<TrainStep> one_process_train_step(ZayaModel& model, Optimizer& optimizer,
+                                                  BalancingController& balancing, Communicator& comm) {
+  const ParameterTable& table = model.params().table();
+  const auto& assignments = optimizer.assignments();
+  return std::make_unique<TrainStep>(
+      model, optimizer, balancing,
+      ShardedRegion{&comm, plan_optimizer_shards(assignments, 0, table.dense_floats(), 1)},
+      ShardedRegion{&comm, plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), 1)},
+      0);
 }
 
 }  // namespace zaya::test

@@ -1,7 +1,16 @@
 #pragma once
-// Helpers shared by the unit tests: a scratch directory per test and fixture paths.
+// Helpers shared by the unit tests: a scratch directory per test, fixture paths, a one-process step.
 
+#include <memory>
 #include <string>
+
+namespace zaya {
+class BalancingController;
+class Communicator;
+class Optimizer;
+class TrainStep;
+class ZayaModel;
+}  // namespace zaya
 
 namespace zaya::test {
 
@@ -21,6 +30,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A training step on one process (comm of one rank): the optimizer owns both regions of the layout whole.
+std::unique_ptr<TrainStep> one_process_train_step(ZayaModel& model, Optimizer& optimizer,
+                                                  BalancingController& balancing, Communicator& comm);
 
 void write_bytes(const std::string& path, const std::string& bytes);
 std::string read_bytes(const std::string& path);

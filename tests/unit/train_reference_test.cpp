@@ -36,8 +36,8 @@ TEST(TrainReference, TenStepsMatchTheTorchReference) {
   BalancingController balancing(balancing_config, loaded.params->dims().layers,
                                 loaded.params->dims().experts);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
-  TrainStep train(model, optimizer, balancing, *comm,
-                  plan_optimizer_shards(optimizer.assignments(), loaded.params->table().total_floats(), 1), 0);
+  const std::unique_ptr<TrainStep> step = test::one_process_train_step(model, optimizer, balancing, *comm);
+  TrainStep& train = *step;
 
   const std::vector<float> want_loss = ref.floats("loss"), want_norm = ref.floats("grad_norm");
   const std::vector<float> want_lr = ref.floats("lr_factor");
