@@ -52,7 +52,8 @@ ParameterTable::ParameterTable(const ModelDims& d, ExpertSlice experts)
     : experts_(experts), experts_total_(d.experts) {
   if (experts_.count == 0) experts_.count = d.experts;
   if (experts_.first < 0 || experts_.count < 0 || experts_.first + experts_.count > d.experts)
-    throw Error(cat("experts [", experts_.first, ", ", experts_.first + experts_.count, ") of ", d.experts));
+    throw Error(cat("experts [", experts_.first, ", ", experts_.first + experts_.count,
+                    ") are not a part of the model's ", d.experts));
   using R = ParamRole;
   const int64_t H = d.hidden, C = d.conv_channels();
   add("model.embed_tokens.weight", {d.vocab, H}, R::Embedding, -1);
