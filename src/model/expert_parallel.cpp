@@ -38,11 +38,11 @@ void ZayaModel::set_expert_group(Communicator* group) {
   }
   expert_group_ = group && group->size() > 1 ? group : nullptr;
   const int64_t local = expert_group_ ? dims_.experts / expert_group_->size() : dims_.experts;
+  const int64_t first = expert_group_ ? expert_group_->rank() * local : 0;
   const ExpertSlice& held = params_.table().experts();
-  if (held.first != (expert_group_ ? expert_group_->rank() * local : 0) || held.count != local) {
+  if (held.first != first || held.count != local) {
     throw Error(cat("the parameter store holds experts [", held.first, ", ", held.first + held.count,
-                    ") but this rank of the expert group runs ", local, " from ",
-                    expert_group_ ? expert_group_->rank() * local : 0))
+                    ") but this rank of the expert group runs [", first, ", ", first + local, ")"))
         .field("run.expert_parallel");
   }
   exchanges_.resize(expert_group_ ? size_t(dims_.layers) : 0);

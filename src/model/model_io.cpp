@@ -42,16 +42,11 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
           .file(found.file->path())
           .tensor(param.name);
     }
-    if (param.shape == param.model_shape) {
-      convert_to_f32(found.file->view(entry), params.value(param));
-    } else {  // this rank's experts: rows [first, first + count) of the stacked tensor
-      const TensorView all = found.file->view(entry);
-      const int64_t row = param.numel() / param.shape[0];
-      const size_t row_bytes = size_t(row) * dtype_size(entry.dtype);
-      const TensorView mine{static_cast<char*>(all.data) + size_t(params.table().experts().first) * row_bytes,
-                            entry.dtype, param.shape};
-      convert_to_f32(mine, params.value(param));
-    }
+    // All of the tensor, or the rows of this rank's experts.
+    const TensorView all = found.file->view(entry);
+    const TensorView held{static_cast<char*>(all.data) + size_t(param.model_offset) * dtype_size(entry.dtype),
+                          entry.dtype, param.shape};
+    convert_to_f32(held, params.value(param));
   }
   for (const std::string& name : weights.names()) {
     // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
@@ -123,10 +118,8 @@ void init_parameters(ParameterStore& params, double initializer_range, uint64_t 
         const float std =
             fan_in ? 1.0f / std::sqrt(float(param.shape[param.shape.rank() - 1])) : float(initializer_range);
         // A store of some experts draws what the whole tensor has in their rows.
-        const int64_t first =
-            param.role == ParamRole::ExpertWeight ? params.table().experts().first * (n / param.shape[0]) : 0;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(first + i));
+        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(param.model_offset + i));
         if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {
           std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden,
                     0.0f);

@@ -121,8 +121,12 @@ ParameterTable::ParameterTable(const ModelDims& d, ExpertSlice experts)
 
 void ParameterTable::add(std::string name, Shape shape, ParamRole role, int layer) {
   Shape held = shape;
-  if (role == ParamRole::ExpertWeight) held[0] = experts_.count;
-  params_.push_back({std::move(name), held, shape, 0, role, layer});
+  int64_t skipped = 0;
+  if (role == ParamRole::ExpertWeight) {
+    held[0] = experts_.count;
+    skipped = experts_.first * (shape.numel() / shape[0]);
+  }
+  params_.push_back({std::move(name), held, shape, skipped, 0, role, layer});
 }
 
 const ParamInfo* ParameterTable::find(std::string_view name) const {

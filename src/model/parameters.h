@@ -50,9 +50,10 @@ struct ExpertSlice {
 
 struct ParamInfo {
   std::string name;
-  Shape shape;         // what this table holds: expert weights have slice.count rows
-  Shape model_shape;   // transformers' shape (expert weights: all E rows)
-  int64_t offset = 0;  // in floats, into the flat buffers; 16-float (64-byte) aligned
+  Shape shape;               // what this table holds: expert weights have slice.count rows
+  Shape model_shape;         // transformers' shape (expert weights: all E rows)
+  int64_t model_offset = 0;  // elements of transformers' tensor before the rows held here
+  int64_t offset = 0;        // in floats, into the flat buffers; 16-float (64-byte) aligned
   ParamRole role;
   int layer = -1;  // -1 outside the decoder layers
   bool trainable() const { return role != ParamRole::BalancingBias; }

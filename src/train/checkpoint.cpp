@@ -361,7 +361,7 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
       for (int64_t j = 0; j < param.shape[0]; ++j) {
         const int64_t expert = params.table().experts().first + j;
         if (!read(expert_state_name(name, expert), into + j * piece, piece, 0, piece) &&
-            !read(name, into + j * piece, piece, expert * piece, param.model_shape.numel()))
+            !read(name, into + j * piece, piece, param.model_offset + j * piece, param.model_shape.numel()))
           throw Error("is in no optimizer shard")
               .file(checkpoint_dir)
               .tensor(expert_state_name(name, expert));

@@ -11,15 +11,14 @@ namespace zaya {
 
 TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing,
                      ShardedRegion dense, ShardedRegion experts, int64_t bucket_floats)
-    : model_(model),
-      optimizer_(optimizer),
-      balancing_(balancing),
-      comm_(*dense.comm),
-      regions_{std::move(dense), std::move(experts)} {
-  for (const ShardedRegion& region : regions_) {
-    if (region.comm->size() > 1)
-      reducers_.push_back(std::make_unique<GradientReducer>(model.params().table(), region.shards,
-                                                            *region.comm, bucket_floats));
+    : model_(model), optimizer_(optimizer), balancing_(balancing), comm_(*dense.comm) {
+  ShardedRegion regions[] = {std::move(dense), std::move(experts)};
+  for (ShardedRegion& region : regions) {
+    if (region.comm->size() == 1) continue;
+    shared_bytes_ += (region.shards.bounds.back() - region.shards.bounds.front()) * int64_t(sizeof(float));
+    reducers_.push_back(std::make_unique<GradientReducer>(model.params().table(), region.shards, *region.comm,
+                                                          bucket_floats));
+    shared_.push_back(std::move(region));
   }
   for (const ParamInfo& param : model.params().table().params()) {
     if (param.role == ParamRole::BalancingBias) biases_.push_back(model.params().value(param));
@@ -61,11 +60,6 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   // The gradients are summed over ranks while the last micro-batch's backward pass goes on (each bucket
   // once the layers in it are final). Collective: a rank without micro-batches, or a step with a
   // non-finite loss, takes part all the same.
-  int64_t shared_bytes = 0;  // of the regions held by more than one rank
-  for (const ShardedRegion& region : regions_) {
-    if (region.comm->size() > 1)
-      shared_bytes += (region.shards.bounds.back() - region.shards.bounds.front()) * int64_t(sizeof(float));
-  }
   for (auto& reducer : reducers_) reducer->start(params.grads());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     if (!reducers_.empty() && m + 1 == micro_batches.size()) {
@@ -94,7 +88,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
       report.gradient_seconds += reducer->seconds();
     }
     report.communication_seconds += report.gradient_seconds;
-    report.communication_bytes += shared_bytes;
+    report.communication_bytes += shared_bytes_;
   }
   // Everything a metric or the balancing update reads is summed over ranks, in one call per type.
   std::vector<int64_t> route_counts;
@@ -136,11 +130,9 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.skipped = true;
     return report;
   }
-  collective(shared_bytes, [&] {
-    for (const ShardedRegion& region : regions_) {
-      if (region.comm->size() > 1)
-        region.comm->all_gather(params.values() + region.shards.bounds.front(), region.shards.counts());
-    }
+  collective(shared_bytes_, [&] {
+    for (const ShardedRegion& region : shared_)
+      region.comm->all_gather(params.values() + region.shards.bounds.front(), region.shards.counts());
   });
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);

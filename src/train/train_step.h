@@ -69,8 +69,9 @@ class TrainStep {
   Optimizer& optimizer_;
   BalancingController& balancing_;
   Communicator& comm_;                                      // all ranks
-  ShardedRegion regions_[2];                                // dense, experts
-  std::vector<std::unique_ptr<GradientReducer>> reducers_;  // of the regions held by more than one rank
+  std::vector<ShardedRegion> shared_;                       // the regions held by more than one rank
+  std::vector<std::unique_ptr<GradientReducer>> reducers_;  // one per shared region
+  int64_t shared_bytes_ = 0;                                // their size
   std::vector<float*> biases_;                              // each layer's balancing_biases
 };
 

@@ -120,6 +120,7 @@ TEST(Checkpoint, ExpertStateLoadsIntoAStoreOfSomeExpertsInBothLayouts) {
     }
   }
   ASSERT_LT(whole.tensors.size(), per_expert.tensors.size());
+  Optimizer& want = saved.optimizer;
   for (const auto& [name, snapshot] :
        {std::pair{"per_expert", &per_expert}, std::pair{"whole", &std::as_const(whole)}}) {
     SCOPED_TRACE(name);
@@ -134,7 +135,6 @@ TEST(Checkpoint, ExpertStateLoadsIntoAStoreOfSomeExpertsInBothLayouts) {
           a.param->role == ParamRole::ExpertWeight ? half * (full.numel() / dims.experts) : 0;
       const size_t bytes = size_t(a.param->numel()) * 4;
       EXPECT_EQ(std::memcmp(part.value(*a.param), saved.params.value(full) + skip, bytes), 0) << full.name;
-      Optimizer& want = saved.optimizer;
       EXPECT_EQ(std::memcmp(optimizer.first_moment(*a.param), want.first_moment(full) + skip, bytes), 0)
           << full.name;
       if (a.optimizer == OptimizerKind::AdamW) {
