@@ -1,33 +1,43 @@
 # The two quick-start commands (README): `make demo` and `make test`. Each installs what is missing,
-# builds what is out of date, then runs. Nothing is reinstalled or rebuilt when up to date.
+# builds what is out of date, then runs. Nothing is reinstalled or rebuilt when up to date. Each step
+# says its name first (`== zaya: ...`), and ninja counts the files it compiles ([N/M]), so the ~15 minutes
+# from nothing never look hung.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
+step        = @echo "== zaya: $(1)"
 
 .PHONY: all deps build build-asan test test-fast demo format clean reference-fixtures
 
 all: build
 
 deps:
+	$(call step,checking the Debian packages (scripts/setup.sh installs what is missing))
 	@scripts/setup.sh
 
 $(BUILD)/build.ninja: | deps
+	$(call step,configuring the release build in $(BUILD)/)
 	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release
 
 $(ASAN_BUILD)/build.ninja: | deps
+	$(call step,configuring the ASan + UBSan build in $(ASAN_BUILD)/)
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DZAYA_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
 
 build: deps $(BUILD)/build.ninja
+	$(call step,building the release build ($(BUILD)/; only what is out of date))
 	@cmake --build $(BUILD) -j $(JOBS)
 
 build-asan: deps $(ASAN_BUILD)/build.ninja
+	$(call step,building the unit tests under ASan + UBSan ($(ASAN_BUILD)/; only what is out of date))
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target zaya_unit_tests
 
 # The whole suite: every test of the release build, then the unit tests again under ASan + UBSan.
 test: build build-asan
+	$(call step,testing the release build (unit, integration, and peer where tools/reference/.venv exists))
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(call step,testing the unit tests again under ASan + UBSan)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS) -L unit
 
@@ -35,6 +45,7 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
+	$(call step,the demo (scripts/demo.sh): tokenizer, data, training, export, a sample)
 	@scripts/demo.sh $(BUILD)/src/zaya
 
 format:

@@ -11,15 +11,17 @@ run=runs/demo
 mkdir -p "$data"
 
 if [ ! -f "$data/tokenizer.json" ]; then
+  echo "== demo 1/5: training a 4096-token BPE tokenizer on the Python docs"
   "$zaya" tokenizer train --input "$corpus" --vocab-size 4096 --output "$data/tokenizer.json"
 fi
 if [ ! -f "$data/python_docs_train.idx" ]; then
+  echo "== demo 2/5: tokenizing the Python docs into a Megatron dataset"
   "$zaya" prepare --tokenizer "$data/tokenizer.json" --input "$corpus" --output "$data/python_docs" --val-fraction 0.02
 fi
-echo "== the baseline to beat: a model that ignores context"
+echo "== demo 3/5: the baseline to beat: a model that ignores context"
 "$zaya" inspect "$data/python_docs_val"
-echo "== training (configs/small.toml); TensorBoard: tensorboard --logdir $run/tb"
+echo "== demo 4/5: training (configs/small.toml, ~10 min on 2 cores); TensorBoard: tensorboard --logdir $run/tb"
 "$zaya" train configs/small.toml --run-dir "$run"
+echo "== demo 5/5: exporting $run/model and drawing a sample from it"
 "$zaya" export --checkpoint "$run" --out "$run/model"
-echo "== a sample from $run/model"
 "$zaya" generate --model "$run/model" --prompt "To open a file in Python, " --max-new-tokens 60 --temperature 0.7 --seed 1

@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ make pkg-config
   libdnnl-dev           # oneDNN: CPU matrix products
+  ocl-icd-opencl-dev    # OpenCL headers and library: Debian's oneDNN CMake config requires them (it is built
+                        # with the OpenCL GPU runtime) but libdnnl-dev only recommends them
   libomp-dev            # OpenMP headers (libgomp ships with g++)
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
@@ -20,9 +22,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && { echo "zaya setup: all ${#packages[@]} packages are installed"; exit 0; }
 
-echo "zaya setup: installing ${missing[*]}"
+echo "zaya setup: installing ${#missing[@]} Debian packages and what they need (a few minutes from nothing): ${missing[*]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "zaya setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
@@ -30,4 +32,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# apt's own progress is a line per package fetched and per package set up; print a count every 25 of each
+# so that the few minutes this takes from nothing never look hung.
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" |
+  awk '/^Get:/ { g++; if (g % 25 == 0) printf "zaya setup: %d packages downloaded\n", g; fflush() }
+       /^Setting up / { n++; if (n % 25 == 0) printf "zaya setup: %d packages set up\n", n; fflush() }
+       END { printf "zaya setup: done, %d packages set up\n", n }'
