@@ -1,5 +1,6 @@
 """Times transformers' ZayaForCausalLM forward+backward on a model directory, the same way `zaya bench step`
-times zaya: random token ids, labels = input_ids, one warm-up step, the median of the timed ones.
+times zaya: random token ids, labels = input_ids, one warm-up step, the median of the timed ones; in fp32,
+or with --autocast under torch.autocast("cpu", dtype=torch.bfloat16) (f32 weights, bf16 products).
 
 Run with the reference venv: tools/reference/.venv/bin/python bench/transformers_step.py --model DIR
 """
@@ -20,6 +21,7 @@ def main():
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--autocast", action="store_true", help="run under torch.autocast('cpu', bfloat16)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -30,11 +32,13 @@ def main():
     for step in range(args.steps + 1):
         model.zero_grad(set_to_none=False)
         start = time.perf_counter()
-        model(input_ids=ids, labels=ids).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         if step:
             seconds.append(time.perf_counter() - start)
     step_seconds = statistics.median(seconds)
-    print(json.dumps({"implementation": "transformers", "batch": args.batch, "seq": args.seq,
+    print(json.dumps({"implementation": "transformers", "autocast_bf16": args.autocast, "batch": args.batch, "seq": args.seq,
                       "threads": torch.get_num_threads(), "step_seconds": step_seconds,
                       "tokens_per_second": args.batch * args.seq / step_seconds}))
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zaya needs to build, test and run its demo. Installs only what is
-# missing, so a second run does nothing. Works as root or through sudo.
+# missing, so a second run does nothing. Works as root or through sudo. After changing it, run the
+# fresh-machine check (docs/CONTRIBUTING.md).
 set -euo pipefail
 
 packages=(

@@ -10,9 +10,26 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+#include "core/precision.h"
+
 namespace zaya {
 
 enum class Trans : uint8_t { No, Yes };
+
+// One matrix of a product as it is stored: f32, or bf16 (a weight's low-precision copy).
+struct Operand {
+  const void* data = nullptr;
+  DType type = DType::F32;
+  Operand() = default;
+  Operand(const float* values) : data(values), type(DType::F32) {}
+  Operand(const BFloat16* values) : data(values), type(DType::BF16) {}
+  // The operand `elements` further on (an expert's matrix inside a layer's [E, ...] tensor).
+  Operand offset(int64_t elements) const {
+    return type == DType::BF16 ? Operand(static_cast<const BFloat16*>(data) + elements)
+                               : Operand(static_cast<const float*>(data) + elements);
+  }
+};
 
 // The shape of the CCA attention of one layer.
 struct AttentionShape {
@@ -26,10 +43,21 @@ class Ops {
   virtual ~Ops() = default;
 
   // ---- matrix products -------------------------------------------------------------------------
-  // C[m,n] = alpha * op(A) @ op(B) + beta * C; op(A) is [m,k], op(B) is [k,n].
-  virtual void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+  // C[m,n] = alpha * op(A) @ op(B) + beta * C; op(A) is [m,k], op(B) is [k,n]; C is f32. With
+  // Precision::BF16 the inputs are rounded to bf16 (f32 operands by the op itself, bf16 ones as they are)
+  // and the sums are f32; with Precision::F32 both operands must be f32 and the product is f32 throughout.
+  virtual void gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
                     int64_t ldc) = 0;
+  void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    gemm(Precision::F32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  // Whether bf16 products run at full speed here (the CPU has AVX512-BF16 or AMX): what the precision
+  // "auto" chooses.
+  virtual bool fast_bf16() const = 0;
+  // dst[i] = bf16(src[i]), round to nearest even (the weights' low-precision copies).
+  virtual void convert_to_bf16(const float* src, int64_t count, BFloat16* dst) = 0;
   // y[rows, n] += bias[n] for every row (ldy = row stride of y).
   virtual void add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) = 0;
   // dbias[n] += sum over rows of dy[rows, n].

@@ -1,5 +1,5 @@
-// `zaya bench step`: forward+backward tokens/s and MFU against the sgemm throughput measured in the same
-// run on the same machine.
+// `zaya bench step`: forward+backward tokens/s and MFU against the GEMM throughput (sgemm, or bf16 in a bf16
+// run) measured in the same run on the same machine.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "backend/throughput.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
@@ -26,6 +27,7 @@ struct StepArgs {
   ModelSource source;
   int64_t batch = 16, seq = 512;
   int steps = 5;
+  std::string precision = "auto";
   bool json = false;
 };
 
@@ -52,8 +54,9 @@ void run_step_bench(const StepArgs& args) {
   const Batch batch{ids.data(), labels.data(), nullptr, args.batch, args.seq};
 
   Ops& ops = cpu_ops();
-  const double gemm_flops = measure_gemm_flops(ops);
-  ZayaModel zaya(*model.params, ops);
+  const Precision precision = resolve_precision(args.precision, ops, "--precision");
+  const double gemm_flops = measure_gemm_flops(ops, precision);
+  ZayaModel zaya(*model.params, ops, precision);
   std::vector<double> seconds;
   for (int step = 0; step <= args.steps; ++step) {
     model.params->zero_grads();
@@ -72,6 +75,7 @@ void run_step_bench(const StepArgs& args) {
                                 {"batch", args.batch},
                                 {"seq", args.seq},
                                 {"threads", num_threads()},
+                                {"precision", precision_name(precision)},
                                 {"steps", args.steps},
                                 {"step_seconds", step_seconds},
                                 {"tokens_per_second", tokens_per_second},
@@ -81,9 +85,11 @@ void run_step_bench(const StepArgs& args) {
     std::printf("%s\n", out.dump().c_str());
     return;
   }
-  std::printf("%s: batch %lld x %lld = %lld tokens, %d threads\n", args.source.describe().c_str(),
-              (long long)args.batch, (long long)args.seq, (long long)tokens, num_threads());
-  std::printf("sgemm 1024^3: %.1f GFLOP/s (fastest of 15)\n", gemm_flops / 1e9);
+  std::printf("%s: batch %lld x %lld = %lld tokens, %d threads, %s\n", args.source.describe().c_str(),
+              (long long)args.batch, (long long)args.seq, (long long)tokens, num_threads(),
+              describe_precision(args.precision, precision).c_str());
+  std::printf("%s 1024^3: %.1f GFLOP/s (fastest of 15)\n",
+              precision == Precision::BF16 ? "bf16 GEMM" : "sgemm", gemm_flops / 1e9);
   std::printf(
       "forward+backward: %.3f s/step (median of %d), %.0f tokens/s, %.1f GFLOP/s of model FLOPs, MFU "
       "%.1f%%\n",
@@ -157,6 +163,9 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber);
   step->add_option("--seq", args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
   step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(CLI::PositiveNumber);
+  step->add_option("--precision", args->precision,
+                   "of the products: auto (bf16 where the CPU has it), fp32, bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   step->add_flag("--json", args->json, "print one JSON line");
   step->callback([args] { run_step_bench(*args); });
 

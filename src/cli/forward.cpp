@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -17,6 +18,7 @@ namespace {
 
 struct ForwardArgs {
   std::string model, input, output;
+  std::string precision = "fp32";  // the exact numbers by default: this command is for inspection
   bool grads = false;
 };
 
@@ -66,7 +68,7 @@ void run_forward(const ForwardArgs& args) {
   }
   const std::vector<int32_t> labels = shifted_labels(ids.data(), batch, seq);
 
-  ZayaModel model(*loaded.params, cpu_ops());
+  ZayaModel model(*loaded.params, cpu_ops(), resolve_precision(args.precision, cpu_ops(), "--precision"));
   const Batch data{ids.data(), labels.data(), mask.empty() ? nullptr : mask.data(), batch, seq};
   ForwardResult result;
   if (args.grads) {
@@ -106,6 +108,8 @@ void add_forward_command(CLI::App& app) {
       ->required();
   command->add_option("--output", args->output, "safetensors to write")->required();
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");
+  command->add_option("--precision", args->precision, "of the products: fp32 (default), bf16, or auto")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   command->callback([args] { run_forward(*args); });
 }
 

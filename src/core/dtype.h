@@ -34,6 +34,11 @@ std::string_view dtype_name(DType dtype);
 std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType dtype);
 
+// A bf16 value as its raw bits: a distinct type, so that bf16 buffers are never mistaken for u16 or f16.
+struct BFloat16 {
+  uint16_t bits;
+};
+
 inline float bf16_to_f32(uint16_t bits) {
   uint32_t wide = uint32_t(bits) << 16;
   float out;

@@ -52,7 +52,7 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
   Communicator& group = *expert_group_;
   const int P = group.size(), p = group.rank();
   const int64_t H = dims_.hidden, I = dims_.intermediate, E = dims_.experts, local = E / P;
-  const LayerWeights& w = w_.layers[size_t(layer)];
+  const LayerMatrices& m = m_.layers[size_t(layer)];
   ExpertExchange& ex = exchanges_[size_t(layer)];
 
   // Every rank learns how many rows every rank sends to every expert.
@@ -74,13 +74,13 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
 
   float* y = scratch_.alloc<float>(size_t(received * H));
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, ex.x.data() + begin * H, H,
-              w.gate_up + e * 2 * I * H, H, 0.0f, ex.gate_up.data() + begin * 2 * I, 2 * I);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, ex.x.data() + begin * H, H,
+              m.gate_up.offset(e * 2 * I * H), H, 0.0f, ex.gate_up.data() + begin * 2 * I, 2 * I);
   });
   ops_.swiglu_forward(ex.gate_up.data(), received, I, ex.act.data());
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act.data() + begin * I, I, w.down + e * H * I, I,
-              0.0f, y + begin * H, H);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act.data() + begin * I, I,
+              m.down.offset(e * H * I), I, 0.0f, y + begin * H, H);
   });
   group.all_to_all(y, ex.recv, a.y, ex.send);
 }
@@ -89,7 +89,7 @@ void ZayaModel::experts_backward_parallel(int layer, const float* d_y, float* d_
   Communicator& group = *expert_group_;
   const int P = group.size(), p = group.rank();
   const int64_t H = dims_.hidden, I = dims_.intermediate, E = dims_.experts;
-  const LayerWeights& w = w_.layers[size_t(layer)];
+  const LayerMatrices& m = m_.layers[size_t(layer)];
   LayerWeights& g = g_.layers[size_t(layer)];
   const ExpertExchange& ex = exchanges_[size_t(layer)];
   const int64_t received = int64_t(ex.x.size()) / H;
@@ -99,19 +99,19 @@ void ZayaModel::experts_backward_parallel(int layer, const float* d_y, float* d_
   group.all_to_all(d_y, ex.send, d_y_here, ex.recv);
   float* d_act = f(received * I);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(Trans::No, Trans::No, rows, I, H, 1.0f, d_y_here + begin * H, H, w.down + e * H * I, I, 0.0f,
-              d_act + begin * I, I);
-    ops_.gemm(Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_here + begin * H, H, ex.act.data() + begin * I, I,
-              1.0f, g.down + e * H * I, I);
+    ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y_here + begin * H, H,
+              m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
+    ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_here + begin * H, H,
+              ex.act.data() + begin * I, I, 1.0f, g.down + e * H * I, I);
   });
   float* d_gate_up = f(received * 2 * I);
   ops_.swiglu_backward(ex.gate_up.data(), d_act, received, I, d_gate_up);
   float* d_x_here = f(received * H);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+    ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
               ex.x.data() + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
-    ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-              w.gate_up + e * 2 * I * H, H, 0.0f, d_x_here + begin * H, H);
+    ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+              m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x_here + begin * H, H);
   });
   group.all_to_all(d_x_here, ex.recv, d_x, ex.send);
 }

@@ -60,7 +60,7 @@ ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t he
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "zaya1-base"};
+  return {"tiny", "small", "medium", "zaya1-base"};
 }
 
 ZayaConfig preset_config(const std::string& name) {
@@ -75,13 +75,18 @@ ZayaConfig preset_config(const std::string& name) {
     // The CPU demo: a training step of 8k tokens takes about a second on 2 cores.
     c = make_preset(4096, 128, 4, 4, 2, 32, 8, 256, 32, 2048);
     c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
+  } else if (name == "medium") {
+    // Benchmarks: the first shape where matrix products dominate a CPU step (hidden 1024, 8 layers, 8/2
+    // heads of 128, 16 experts of 1024, router 128, vocabulary 32768).
+    c = make_preset(32768, 1024, 8, 8, 2, 128, 16, 1024, 128, 4096);
+    c.rope_parameters["hybrid"] = {"default", 10000.0, 0.5};
   } else if (name == "zaya1-base") {
     // Zyphra's ZAYA1-base: 40 blocks, hidden 2048, 8 query / 2 KV heads of 128, 16 experts top-1 with the
     // skip route, expert FFN 2048 -> 4096 (gate and up) -> 2048, router 256, Gemma 3 vocabulary, tied head.
     c = make_preset(262272, 2048, 40, 8, 2, 128, 16, 2048, 256, 32768);
     c.rope_parameters["hybrid"] = {"default", 1'000'000.0, 0.5};
   } else {
-    throw Error("unknown preset '" + name + "' (expected tiny, small or zaya1-base)");
+    throw Error("unknown preset '" + name + "' (expected tiny, small, medium or zaya1-base)");
   }
   validate_config(c, "preset " + name);
   return c;

@@ -11,11 +11,13 @@ namespace zaya {
 void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
                             const float* prev_router_state) {
   const LayerWeights& w = w_.layers[size_t(layer)];
+  const LayerMatrices& m = m_.layers[size_t(layer)];
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
                 I = dims_.intermediate;
   const Arena::Mark mark = scratch_.mark();
 
-  // Router: down_proj, plus the previous layer's state (exponential depth averaging), then its MLP.
+  // Router (its products stay f32: the choice of expert is decided by small differences of its logits):
+  // down_proj, plus the previous layer's state (exponential depth averaging), then its MLP.
   ops_.gemm(Trans::No, Trans::Yes, T, R, H, 1.0f, a.xn2, H, w.router_down, H, 0.0f, a.rh, R);
   ops_.add_bias(a.rh, T, R, R, w.router_down_bias);
   if (w.router_states_scale && prev_router_state)
@@ -45,14 +47,14 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   } else {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-      ops_.gemm(Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H, w.gate_up + e * 2 * I * H, H,
-                0.0f, a.gate_up + begin * 2 * I, 2 * I);
+      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H,
+                m.gate_up.offset(e * 2 * I * H), H, 0.0f, a.gate_up + begin * 2 * I, 2 * I);
     }
     ops_.swiglu_forward(a.gate_up, routed, I, a.act);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-      ops_.gemm(Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I, w.down + e * H * I, I, 0.0f,
-                a.y + begin * H, H);
+      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I,
+                m.down.offset(e * H * I), I, 0.0f, a.y + begin * H, H);
     }
   }
   ops_.fill(a.moe, T * H, 0.0f);
@@ -63,6 +65,7 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
 void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a, const float* d_moe,
                              const float* d_state_next, float* d_xn2, float* d_state_prev) {
   const LayerWeights& w = w_.layers[size_t(layer)];
+  const LayerMatrices& m = m_.layers[size_t(layer)];
   LayerWeights& g = g_.layers[size_t(layer)];
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
                 I = dims_.intermediate;
@@ -86,10 +89,10 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
     float* d_act = f(routed * I);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-      ops_.gemm(Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H, w.down + e * H * I, I, 0.0f,
-                d_act + begin * I, I);
-      ops_.gemm(Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I, 1.0f,
-                g.down + e * H * I, I);
+      ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H,
+                m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
+      ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I,
+                1.0f, g.down + e * H * I, I);
     }
     float* d_gate_up = f(routed * 2 * I);
     ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
@@ -97,10 +100,10 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
     ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
-      ops_.gemm(Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I, x + begin * H,
-                H, 1.0f, g.gate_up + e * 2 * I * H, H);
-      ops_.gemm(Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-                w.gate_up + e * 2 * I * H, H, 0.0f, d_x + begin * H, H);
+      ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+                x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
+      ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
+                m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x + begin * H, H);
     }
   }
   ops_.fill(d_xn2, T * H, 0.0f);

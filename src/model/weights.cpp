@@ -69,4 +69,30 @@ ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, fl
   return w;
 }
 
+ModelMatrices bind_matrices(const ModelWeights& values, const float* values_base, const BFloat16* copies) {
+  auto read = [&](const float* value) -> Operand {
+    return copies ? Operand(copies + (value - values_base)) : Operand(value);
+  };
+  ModelMatrices m;
+  m.lm_head = read(values.lm_head);
+  for (const LayerWeights& l : values.layers) {
+    m.layers.push_back({read(l.q_proj), read(l.k_proj), read(l.v_current), read(l.v_delayed), read(l.o_proj),
+                        read(l.gate_up), read(l.down)});
+  }
+  return m;
+}
+
+bool is_product_matrix(const ParamInfo& param) {
+  switch (param.role) {
+    case ParamRole::Embedding:  // the head's matrix when tied
+    case ParamRole::LmHead:
+    case ParamRole::ExpertWeight:
+      return true;
+    case ParamRole::AttentionWeight:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace zaya

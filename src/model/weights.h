@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "backend/ops.h"
 #include "model/parameters.h"
 
 namespace zaya {
@@ -48,5 +49,24 @@ struct ModelWeights {
 
 // base is ParameterStore::values() or ::grads().
 ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base);
+
+// The weight matrices the bulk of the products multiply by, as those products read them: the f32 values,
+// or their bf16 copies. The router's matrices are not among them: its products stay f32.
+struct LayerMatrices {
+  Operand q_proj, k_proj, v_current, v_delayed, o_proj;  // shapes as in LayerWeights
+  Operand gate_up, down;                                 // [E, 2I, H], [E, H, I]
+};
+
+struct ModelMatrices {
+  Operand lm_head;  // [V, H]
+  std::vector<LayerMatrices> layers;
+};
+
+// The matrices of `values` (bound over the store's values) read from copies: a bf16 buffer with the
+// store's layout (the same offsets), or the values themselves when copies is null.
+ModelMatrices bind_matrices(const ModelWeights& values, const float* values_base, const BFloat16* copies);
+
+// Whether a parameter is one of those matrices (the ones a bf16 run keeps copies of).
+bool is_product_matrix(const ParamInfo& param);
 
 }  // namespace zaya

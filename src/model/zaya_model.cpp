@@ -18,14 +18,32 @@ std::vector<int32_t> shifted_labels(const int32_t* input_ids, int64_t batch, int
   return labels;
 }
 
-ZayaModel::ZayaModel(ParameterStore& params, Ops& ops)
+ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
     : params_(params),
       ops_(ops),
       dims_(params.dims()),
+      precision_(precision),
       w_(bind_weights(params.table(), dims_, params.values())),
       g_(bind_weights(params.table(), dims_, params.grads())),
       layers_(size_t(dims_.layers)),
-      routing_(size_t(dims_.layers)) {}
+      routing_(size_t(dims_.layers)) {
+  if (precision_ == Precision::BF16) {
+    copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16));
+    m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());
+  } else {
+    m_ = bind_matrices(w_, params.values(), nullptr);
+  }
+  weights_changed();
+}
+
+void ZayaModel::weights_changed() {
+  if (precision_ != Precision::BF16) return;
+  for (const ParamInfo& param : params_.table().params()) {
+    if (is_product_matrix(param)) {
+      ops_.convert_to_bf16(params_.value(param), param.numel(), copies_.as<BFloat16>() + param.offset);
+    }
+  }
+}
 
 ZayaModel::~ZayaModel() = default;
 
@@ -217,14 +235,17 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
     float* z = keep_logits ? logits + t0 * V : chunk_logits;
-    ops_.gemm(Trans::No, Trans::Yes, n, V, H, 1.0f, final_hidden + t0 * H, H, w_.lm_head, H, 0.0f, z, V);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, n, V, H, 1.0f, final_hidden + t0 * H, H, m_.lm_head, H, 0.0f,
+              z, V);
     if (w_.lm_head_bias) ops_.add_bias(z, n, V, V, w_.lm_head_bias);
     if (!batch.labels) continue;
     float* dz = train ? (keep_logits ? chunk_grads : z) : nullptr;
     result.loss_sum += ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz);
     if (!train) continue;
-    ops_.gemm(Trans::No, Trans::No, n, H, V, 1.0f, dz, V, w_.lm_head, H, 0.0f, d_final + t0 * H, H);
-    ops_.gemm(Trans::Yes, Trans::No, V, H, n, 1.0f, dz, V, final_hidden + t0 * H, H, 1.0f, g_.lm_head, H);
+    ops_.gemm(precision_, Trans::No, Trans::No, n, H, V, 1.0f, dz, V, m_.lm_head, H, 0.0f, d_final + t0 * H,
+              H);
+    ops_.gemm(precision_, Trans::Yes, Trans::No, V, H, n, 1.0f, dz, V, final_hidden + t0 * H, H, 1.0f,
+              g_.lm_head, H);
     if (g_.lm_head_bias) ops_.bias_backward(dz, n, V, V, g_.lm_head_bias);
   }
   if (train && !batch.labels) ops_.fill(d_final, T * H, 0.0f);

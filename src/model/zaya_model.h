@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/buffer.h"
+#include "core/precision.h"
 #include "model/decode_cache.h"
 #include "model/parameters.h"
 #include "model/weights.h"
@@ -60,8 +62,14 @@ struct ForwardResult {
 
 class ZayaModel {
  public:
-  ZayaModel(ParameterStore& params, Ops& ops);
+  // precision: of the attention, expert and head products (docs/TRAINING.md). With bf16 the model keeps
+  // bf16 copies of those weight matrices, made here and by weights_changed().
+  ZayaModel(ParameterStore& params, Ops& ops, Precision precision = Precision::F32);
   ~ZayaModel();
+
+  Precision precision() const { return precision_; }
+  // Call after writing the store's values (the optimizer step): refreshes the bf16 copies.
+  void weights_changed();
 
   // Inference: loss (when labels are given) and optionally the logits.
   ForwardResult forward(const Batch& batch, bool keep_logits = false);
@@ -125,9 +133,12 @@ class ZayaModel {
   ParameterStore& params_;
   Ops& ops_;
   ModelDims dims_;
-  ModelWeights w_, g_;  // values and gradients
-  Arena arena_;         // activations: reset at the start of each forward
-  Arena scratch_;       // temporaries of one layer's forward or backward: rewound after each
+  Precision precision_;
+  ModelWeights w_, g_;    // values and gradients
+  AlignedBuffer copies_;  // bf16 runs: [total_floats] bf16, the product matrices' copies (the rest unused)
+  ModelMatrices m_;       // the product matrices as the products read them
+  Arena arena_;           // activations: reset at the start of each forward
+  Arena scratch_;         // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
   std::vector<RouterLayerStats> routing_;
   RouterAuxLoss aux_;

@@ -1,6 +1,7 @@
 #include "train/train_config.h"
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "io/atomic_file.h"
 #include "train/toml_reader.h"
 
@@ -146,6 +147,9 @@ void read_run(TomlReader section, RunSection& out) {
   out.gradient_bucket_mb = section.number("gradient_bucket_mb", out.gradient_bucket_mb);
   if (!(out.gradient_bucket_mb >= 0 && out.gradient_bucket_mb <= 1e6))
     section.fail("gradient_bucket_mb", "must be between 0 and 1000000");
+  out.precision = section.string("precision", out.precision);
+  if (out.precision != "auto" && !precision_from_name(out.precision))
+    section.fail("precision", "expected \"auto\", \"fp32\" or \"bf16\"");
   section.finish();
 }
 

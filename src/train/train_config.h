@@ -23,6 +23,8 @@ struct RunSection {
   // Data parallel: the size of a gradient bucket, whose reduction over the ranks starts as soon as the
   // backward pass has finished its layers (0: one reduction after the backward pass).
   double gradient_bucket_mb = 25;
+  // Of the matrix products: "auto" (bf16 where the CPU has AVX512-BF16 or AMX, else fp32), "fp32", "bf16".
+  std::string precision = "auto";
 };
 
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.

@@ -134,6 +134,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     for (const ShardedRegion& region : shared_)
       region.comm->all_gather(params.values() + region.shards.bounds.front(), region.shards.counts());
   });
+  model_.weights_changed();
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   balancing_.update(counts, biases_);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "backend/throughput.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -295,7 +296,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
         .field("stages");
   }
 
-  ZayaModel model(params, ops);
+  const Precision precision = resolve_precision(config.run.precision, ops, "run.precision");
+  ZayaModel model(params, ops, precision);
   model.set_router_aux_loss(config.aux_loss);
   model.set_expert_group(expert_group.get());
   TrainStep train_step(model, optimizer, balancing, {&comm, dense_shards}, {&expert_holders, expert_shards},
@@ -341,9 +343,10 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                        : "",
                           ", ", num_threads(), " threads each")
                     : ""));
-  const double gemm_flops = measure_gemm_flops(ops);  // the same measure as zaya bench step
-  say(cat("MFU is against this rank's sgemm rate, measured now: ", std::lround(gemm_flops / 1e9),
-          " GFLOP/s"));
+  say(describe_precision(config.run.precision, precision));
+  const double gemm_flops = measure_gemm_flops(ops, precision);  // the same measure as zaya bench step
+  say(cat("MFU is against this rank's ", precision == Precision::BF16 ? "bf16 GEMM" : "sgemm",
+          " rate, measured now: ", std::lround(gemm_flops / 1e9), " GFLOP/s"));
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
   auto save = [&](bool wait) {
@@ -417,11 +420,17 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                   state.step + 1) != config.debug.nan_steps.end();
     float* poisoned = params.value(params.table().params().front());
     const float saved_weight = *poisoned;
-    if (inject) *poisoned = NAN;
+    if (inject) {
+      *poisoned = NAN;
+      model.weights_changed();
+    }
     const auto start = Clock::now();
     const StepReport report = train_step.run(micro_batches, lr_factor);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (inject) *poisoned = saved_weight;
+    if (inject) {
+      *poisoned = saved_weight;
+      model.weights_changed();
+    }
 
     ++state.step;
     state.tokens += step_tokens;

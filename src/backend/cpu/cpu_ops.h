@@ -8,8 +8,11 @@ namespace zaya {
 
 class CpuOps final : public Ops {
  public:
-  void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  using Ops::gemm;
+  void gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  bool fast_bf16() const override;
+  void convert_to_bf16(const float* src, int64_t count, BFloat16* dst) override;
   void add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) override;
   void bias_backward(const float* dy, int64_t rows, int64_t n, int64_t ldy, float* dbias) override;
 

@@ -1,14 +1,18 @@
-// Matrix products through oneDNN's sgemm, and the bias add and reduction that go with linear layers.
+// Matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), and the bias add and
+// reduction that go with linear layers.
 
+#include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace zaya {
 
-void CpuOps::gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void CpuOps::gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
+                  float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: only the beta scaling remains (oneDNN wants k >= 1)
     for (int64_t i = 0; i < m; ++i) {
@@ -16,10 +20,29 @@ void CpuOps::gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
     }
     return;
   }
-  const dnnl_status_t status =
-      dnnl_sgemm(trans_a == Trans::Yes ? 'T' : 'N', trans_b == Trans::Yes ? 'T' : 'N', m, n, k, alpha, a, lda,
-                 b, ldb, beta, c, ldc);
+  if (precision == Precision::BF16) {
+    cpu_bf16_matmul().run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (a.type != DType::F32 || b.type != DType::F32) throw Error("an f32 product was given a bf16 operand");
+  const dnnl_status_t status = dnnl_sgemm(
+      trans_a == Trans::Yes ? 'T' : 'N', trans_b == Trans::Yes ? 'T' : 'N', m, n, k, alpha,
+      static_cast<const float*>(a.data), lda, static_cast<const float*>(b.data), ldb, beta, c, ldc);
   if (status != dnnl_success) throw Error(cat("oneDNN sgemm failed with status ", int(status)));
+}
+
+bool CpuOps::fast_bf16() const {
+  // CPUID leaf 7: AMX-BF16 is EDX bit 22 of sub-leaf 0, AVX512-BF16 EAX bit 5 of sub-leaf 1.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (edx & (1u << 22)) return true;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax & (1u << 5)) != 0;
+}
+
+void CpuOps::convert_to_bf16(const float* src, int64_t count, BFloat16* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) dst[i].bits = f32_to_bf16(src[i]);
 }
 
 void CpuOps::add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {

@@ -1,0 +1,176 @@
+#include "backend/cpu/bf16_matmul.h"
+
+#include <bit>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace zaya {
+
+int64_t bf16_bucket(int64_t size) {
+  const int64_t step = size <= 256 ? 16 : int64_t(std::bit_floor(uint64_t(size))) / 16;
+  return (size + step - 1) / step * step;
+}
+
+namespace {
+
+using dnnl::memory;
+
+// Everything that decides a primitive: the padded shape, the layouts and the two scalars.
+struct Key {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t alpha_bits, beta_bits;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& key) const {
+    size_t h = size_t(key.trans_a) * 2 + size_t(key.trans_b);
+    for (int64_t v :
+         {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t(key.alpha_bits), int64_t(key.beta_bits)}) {
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    }
+    return h;
+  }
+};
+
+// A row-major [rows, cols] matrix with row stride ld, stored or read transposed.
+memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool transposed, memory::data_type type) {
+  const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
+  return memory::desc({rows, cols}, type, strides);
+}
+
+// Copies a stored [rows, cols] matrix (row stride ld, f32 or bf16) into contiguous bf16 [rows_to, cols_to],
+// zeros in the padding.
+void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows_to, int64_t cols_to,
+               std::vector<BFloat16>& out) {
+  out.resize(size_t(rows_to * cols_to));
+  BFloat16* dst = out.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows_to; ++r) {
+    BFloat16* row = dst + r * cols_to;
+    int64_t c = 0;
+    if (r < rows) {
+      if (src.type == DType::F32) {
+        const float* from = static_cast<const float*>(src.data) + r * ld;
+        for (; c < cols; ++c) row[c].bits = f32_to_bf16(from[c]);
+      } else {
+        std::memcpy(row, static_cast<const BFloat16*>(src.data) + r * ld, size_t(cols) * sizeof(BFloat16));
+        c = cols;
+      }
+    }
+    for (; c < cols_to; ++c) row[c].bits = 0;
+  }
+}
+
+}  // namespace
+
+struct Bf16Matmul::State {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mutex;
+  std::unordered_map<Key, dnnl::matmul, KeyHash> primitives;
+  std::vector<BFloat16> a, b;  // packed operands
+  std::vector<float> c;        // the padded output, when m was padded
+
+  dnnl::matmul& primitive(const Key& key) {
+    auto it = primitives.find(key);
+    if (it != primitives.end()) return it->second;
+    const auto bf16 = memory::data_type::bf16;
+    const memory::desc a_md = matrix_desc(key.m, key.k, key.lda, key.trans_a, bf16);
+    const memory::desc b_md = matrix_desc(key.k, key.n, key.ldb, key.trans_b, bf16);
+    const memory::desc c_md = matrix_desc(key.m, key.n, key.ldc, false, memory::data_type::f32);
+    dnnl::primitive_attr attr;
+    const float alpha = std::bit_cast<float>(key.alpha_bits), beta = std::bit_cast<float>(key.beta_bits);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops post;
+      post.append_sum(beta);
+      attr.set_post_ops(post);
+    }
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+      return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+    } catch (const dnnl::error& e) {
+      throw Error(cat("oneDNN has no bf16 matmul for this CPU (", e.what(), "); use precision \"fp32\""));
+    }
+  }
+};
+
+Bf16Matmul::Bf16Matmul() : state_(std::make_unique<State>()) {}
+Bf16Matmul::~Bf16Matmul() = default;
+
+int64_t Bf16Matmul::primitives() const {
+  std::lock_guard lock(state_->mutex);
+  return int64_t(state_->primitives.size());
+}
+
+void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
+                     int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
+  const int64_t mp = bf16_bucket(m), kp = bf16_bucket(k);
+  // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]); a bf16 operand that needs no padding is
+  // read where it is, any other is packed contiguous.
+  const void* a_data = a.data;
+  if (a.type != DType::BF16 || mp != m || kp != k) {
+    ta ? pack_bf16(a, k, m, lda, kp, mp, s.a) : pack_bf16(a, m, k, lda, mp, kp, s.a);
+    a_data = s.a.data();
+    lda = ta ? mp : kp;
+  }
+  const void* b_data = b.data;
+  if (b.type != DType::BF16 || kp != k) {
+    tb ? pack_bf16(b, n, k, ldb, n, kp, s.b) : pack_bf16(b, k, n, ldb, kp, n, s.b);
+    b_data = s.b.data();
+    ldb = tb ? kp : n;
+  }
+  // With padded rows the product lands in scratch first; beta is then applied on the way back.
+  const bool direct = mp == m;
+  const float fused_beta = direct ? beta : 0.0f;
+  const Key key{ta,
+                tb,
+                mp,
+                n,
+                kp,
+                lda,
+                ldb,
+                direct ? ldc : n,
+                std::bit_cast<uint32_t>(alpha),
+                std::bit_cast<uint32_t>(fused_beta)};
+  dnnl::matmul& matmul = s.primitive(key);
+  float* out = c;
+  if (!direct) {
+    s.c.resize(size_t(mp * n));
+    out = s.c.data();
+  }
+  const auto bf16 = memory::data_type::bf16;
+  memory a_mem(matrix_desc(mp, kp, lda, ta, bf16), s.engine, const_cast<void*>(a_data));
+  memory b_mem(matrix_desc(kp, n, ldb, tb, bf16), s.engine, const_cast<void*>(b_data));
+  memory c_mem(matrix_desc(mp, n, key.ldc, false, memory::data_type::f32), s.engine, out);
+  matmul.execute(s.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  s.stream.wait();
+  if (direct) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    const float* from = s.c.data() + i * n;
+    float* to = c + i * ldc;
+    if (beta == 0.0f) {
+      std::memcpy(to, from, size_t(n) * sizeof(float));
+    } else {
+      for (int64_t j = 0; j < n; ++j) to[j] = from[j] + beta * to[j];
+    }
+  }
+}
+
+Bf16Matmul& cpu_bf16_matmul() {
+  static Bf16Matmul matmul;
+  return matmul;
+}
+
+}  // namespace zaya

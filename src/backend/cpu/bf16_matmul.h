@@ -1,0 +1,38 @@
+#pragma once
+// bf16 matrix products on the CPU: oneDNN's matmul primitive (AMX or AVX512-BF16 kernels, f32
+// accumulation), created once per shape and kept. f32 operands are rounded to bf16 into scratch owned here.
+//
+// The rows an expert receives change every step, so the sizes that vary (m and k) are rounded up to a
+// short list of buckets and the operands padded with zeros: a run creates a bounded number of primitives
+// (creating one costs ~0.5 ms, as much as the product of an expert's rows) and pays at most 6.25% padding.
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/ops.h"
+
+namespace zaya {
+
+class Bf16Matmul {
+ public:
+  Bf16Matmul();
+  ~Bf16Matmul();
+
+  // As Ops::gemm with Precision::BF16; m, n, k >= 1. Thread-safe (one product at a time).
+  void run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda,
+           Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
+  // Primitives created so far (bounded by the buckets; tested).
+  int64_t primitives() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The size a varying dimension is padded to: a multiple of 16 up to 256, then of 1/16th of the power of
+// two at or below it.
+int64_t bf16_bucket(int64_t size);
+
+Bf16Matmul& cpu_bf16_matmul();
+
+}  // namespace zaya
