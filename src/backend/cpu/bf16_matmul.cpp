@@ -45,6 +45,19 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool transposed
   return memory::desc({rows, cols}, type, strides);
 }
 
+// dst[i] = bf16(src[i]), round to nearest even, NaN kept a NaN: f32_to_bf16 without its branch, so that
+// the loop vectorises.
+void round_to_bf16(const float* src, int64_t count, BFloat16* dst) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof bits);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+    dst[i].bits = uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
+}
+
 // Copies a stored [rows, cols] matrix (row stride ld, f32 or bf16) into contiguous bf16 [rows_to, cols_to],
 // zeros in the padding.
 void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows_to, int64_t cols_to,
@@ -57,8 +70,8 @@ void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows
     int64_t c = 0;
     if (r < rows) {
       if (src.type == DType::F32) {
-        const float* from = static_cast<const float*>(src.data) + r * ld;
-        for (; c < cols; ++c) row[c].bits = f32_to_bf16(from[c]);
+        round_to_bf16(static_cast<const float*>(src.data) + r * ld, cols, row);
+        c = cols;
       } else {
         std::memcpy(row, static_cast<const BFloat16*>(src.data) + r * ld, size_t(cols) * sizeof(BFloat16));
         c = cols;
@@ -70,15 +83,22 @@ void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows
 
 }  // namespace
 
+// A primitive with its three memory objects, made once: creating a memory object allocates, and a step runs
+// thousands of products.
+struct Product {
+  dnnl::matmul matmul;
+  memory a, b, c;
+};
+
 struct Bf16Matmul::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mutex;
-  std::unordered_map<Key, dnnl::matmul, KeyHash> primitives;
+  std::unordered_map<Key, Product, KeyHash> primitives;
   std::vector<BFloat16> a, b;  // packed operands
   std::vector<float> c;        // the padded output, when m was padded
 
-  dnnl::matmul& primitive(const Key& key) {
+  Product& primitive(const Key& key) {
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     const auto bf16 = memory::data_type::bf16;
@@ -95,7 +115,9 @@ struct Bf16Matmul::State {
     }
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
-      return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+      Product product{dnnl::matmul(pd), memory(a_md, engine, nullptr), memory(b_md, engine, nullptr),
+                      memory(c_md, engine, nullptr)};
+      return primitives.emplace(key, std::move(product)).first->second;
     } catch (const dnnl::error& e) {
       throw Error(cat("oneDNN has no bf16 matmul for this CPU (", e.what(), "); use precision \"fp32\""));
     }
@@ -143,17 +165,17 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
                 direct ? ldc : n,
                 std::bit_cast<uint32_t>(alpha),
                 std::bit_cast<uint32_t>(fused_beta)};
-  dnnl::matmul& matmul = s.primitive(key);
+  Product& product = s.primitive(key);
   float* out = c;
   if (!direct) {
     s.c.resize(size_t(mp * n));
     out = s.c.data();
   }
-  const auto bf16 = memory::data_type::bf16;
-  memory a_mem(matrix_desc(mp, kp, lda, ta, bf16), s.engine, const_cast<void*>(a_data));
-  memory b_mem(matrix_desc(kp, n, ldb, tb, bf16), s.engine, const_cast<void*>(b_data));
-  memory c_mem(matrix_desc(mp, n, key.ldc, false, memory::data_type::f32), s.engine, out);
-  matmul.execute(s.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  product.a.set_data_handle(const_cast<void*>(a_data));
+  product.b.set_data_handle(const_cast<void*>(b_data));
+  product.c.set_data_handle(out);
+  product.matmul.execute(
+      s.stream, {{DNNL_ARG_SRC, product.a}, {DNNL_ARG_WEIGHTS, product.b}, {DNNL_ARG_DST, product.c}});
   s.stream.wait();
   if (direct) return;
 #pragma omp parallel for schedule(static)
