@@ -101,6 +101,7 @@ struct OptimizerArgs {
   int64_t layers = 0;  // 0: all of the model's
   int64_t batch = 16, seq = 512;
   int steps = 3;
+  std::string precision = "auto";
 };
 
 // The optimizer's step time next to the forward+backward time of one batch, on real gradients.
@@ -120,7 +121,8 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
 
   Ops& ops = cpu_ops();
-  ZayaModel model(params, ops);
+  const Precision precision = resolve_precision(args.precision, ops, "--precision");
+  ZayaModel model(params, ops, precision);
   Optimizer optimizer(params, {}, ops);
   std::vector<double> forward_backward, step, muon, adamw;
   for (int i = 0; i <= args.steps; ++i) {
@@ -129,6 +131,7 @@ void run_optimizer_bench(const OptimizerArgs& args) {
     model.forward_backward({ids.data(), labels.data(), nullptr, args.batch, args.seq}, 1.0f / float(tokens));
     const auto middle = std::chrono::steady_clock::now();
     const OptimizerStepStats stats = optimizer.step(1.0);
+    model.weights_changed();  // the bf16 copies are part of a step's update
     const auto end = std::chrono::steady_clock::now();
     if (i == 0) continue;  // warm-up
     forward_backward.push_back(std::chrono::duration<double>(middle - start).count());
@@ -141,10 +144,10 @@ void run_optimizer_bench(const OptimizerArgs& args) {
     (a.optimizer == OptimizerKind::Muon ? muon_params : adamw_params) += a.param->numel();
   }
   const double fb = median(forward_backward), opt = median(step);
-  std::printf("%s, %lld layers: %.3g M parameters (Muon %.3g M, AdamW %.3g M), %d threads\n",
+  std::printf("%s, %lld layers: %.3g M parameters (Muon %.3g M, AdamW %.3g M), %d threads, precision %s\n",
               args.source.describe().c_str(), (long long)dims.layers,
               double(muon_params + adamw_params) / 1e6, double(muon_params) / 1e6, double(adamw_params) / 1e6,
-              num_threads());
+              num_threads(), std::string(precision_name(precision)).c_str());
   std::printf(
       "forward+backward of %lld tokens: %.3f s; optimizer step: %.3f s (Muon %.3f s, AdamW %.3f s), medians "
       "of %d\n",
@@ -179,6 +182,8 @@ void add_bench_command(CLI::App& app) {
   optimizer->add_option("--seq", opt_args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
   optimizer->add_option("--steps", opt_args->steps, "timed steps (after one warm-up)")
       ->check(CLI::PositiveNumber);
+  optimizer->add_option("--precision", opt_args->precision, "of the products: auto, fp32, bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });
 }
 
