@@ -27,12 +27,9 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       g_(bind_weights(params.table(), dims_, params.grads())),
       layers_(size_t(dims_.layers)),
       routing_(size_t(dims_.layers)) {
-  if (precision_ == Precision::BF16) {
+  if (precision_ == Precision::BF16)
     copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16));
-    m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());
-  } else {
-    m_ = bind_matrices(w_, params.values(), nullptr);
-  }
+  m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());  // null copies in fp32: the values
   weights_changed();
 }
 
