@@ -5,7 +5,6 @@
 // its rank and ends the whole job.
 
 #include <pthread.h>
-
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>

@@ -45,8 +45,8 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool transposed
   return memory::desc({rows, cols}, type, strides);
 }
 
-// dst[i] = bf16(src[i]), round to nearest even, NaN kept a NaN: f32_to_bf16 without its branch, so that
-// the loop vectorises.
+}  // namespace
+
 void round_to_bf16(const float* src, int64_t count, BFloat16* dst) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
@@ -57,6 +57,8 @@ void round_to_bf16(const float* src, int64_t count, BFloat16* dst) {
     dst[i].bits = uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
 }
+
+namespace {
 
 // Copies a stored [rows, cols] matrix (row stride ld, f32 or bf16) into contiguous bf16 [rows_to, cols_to],
 // zeros in the padding.
@@ -71,11 +73,10 @@ void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows
     if (r < rows) {
       if (src.type == DType::F32) {
         round_to_bf16(static_cast<const float*>(src.data) + r * ld, cols, row);
-        c = cols;
       } else {
         std::memcpy(row, static_cast<const BFloat16*>(src.data) + r * ld, size_t(cols) * sizeof(BFloat16));
-        c = cols;
       }
+      c = cols;
     }
     for (; c < cols_to; ++c) row[c].bits = 0;
   }

@@ -29,6 +29,10 @@ class Bf16Matmul {
   std::unique_ptr<State> state_;
 };
 
+// dst[i] = bf16(src[i]), round to nearest even, a NaN kept a NaN (core's f32_to_bf16 without its branch,
+// so that the loop vectorises). Serial: callers split the work over threads.
+void round_to_bf16(const float* src, int64_t count, BFloat16* dst);
+
 // The size a varying dimension is padded to: a multiple of 16 up to 256, then of 1/16th of the power of
 // two at or below it.
 int64_t bf16_bucket(int64_t size);

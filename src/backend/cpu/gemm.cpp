@@ -3,6 +3,7 @@
 
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <algorithm>
 
 #include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
@@ -41,8 +42,10 @@ bool CpuOps::fast_bf16() const {
 }
 
 void CpuOps::convert_to_bf16(const float* src, int64_t count, BFloat16* dst) {
+  constexpr int64_t kChunk = 1 << 16;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) dst[i].bits = f32_to_bf16(src[i]);
+  for (int64_t begin = 0; begin < count; begin += kChunk)
+    round_to_bf16(src + begin, std::min(kChunk, count - begin), dst + begin);
 }
 
 void CpuOps::add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {
