@@ -216,12 +216,13 @@ class Ops {
   // Momentum: buf = momentum buf + grad_scale grad; out = nesterov ? grad_scale grad + momentum buf : buf.
   virtual void momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
                              float grad_scale, float* out) = 0;
-  // Newton-Schulz orthogonalisation of x [rows, cols], in place: x / |x|_F, then `steps` quintic iterations
-  // X = a X + (b A + c A^2) X with A = X X^T, run on the wide orientation (transposed when rows > cols).
-  // scratch holds newton_schulz_scratch(rows, cols) floats.
-  virtual void newton_schulz(float* x, int64_t rows, int64_t cols, int steps, const float coefficients[3],
-                             float* scratch) = 0;
-  virtual int64_t newton_schulz_scratch(int64_t rows, int64_t cols) = 0;
+  // Newton-Schulz orthogonalisation of `count` matrices x [count, rows, cols], each in place: x / |x|_F, then
+  // `steps` quintic iterations X = a X + (b A + c A^2) X with A = X X^T, run on the wide orientation
+  // (transposed when rows > cols). The matrices are independent (the experts of a layer): a backend runs
+  // them at once. In bf16 the products read bf16-rounded operands and sum in f32, as the reference Muon
+  // iterates in bf16; the iterate itself stays f32. The backend owns the working memory.
+  virtual void newton_schulz(Precision precision, float* x, int64_t count, int64_t rows, int64_t cols,
+                             int steps, const float coefficients[3]) = 0;
   // param = param (1 - decay) - alpha * update.
   virtual void decay_and_subtract(float* param, const float* update, int64_t count, float decay,
                                   float alpha) = 0;

@@ -123,7 +123,7 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   Ops& ops = cpu_ops();
   const Precision precision = resolve_precision(args.precision, ops, "--precision");
   ZayaModel model(params, ops, precision);
-  Optimizer optimizer(params, {}, ops);
+  Optimizer optimizer(params, {}, ops, {}, precision);
   std::vector<double> forward_backward, step, muon, adamw;
   for (int i = 0; i <= args.steps; ++i) {
     params.zero_grads();

@@ -1,7 +1,5 @@
 #include "optim/optimizer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,10 +20,11 @@ int64_t total_length(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
 }  // namespace
 
 Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
-                     std::vector<std::pair<int64_t, int64_t>> owned)
+                     std::vector<std::pair<int64_t, int64_t>> owned, Precision precision)
     : params_(params),
       config_(config),
       ops_(ops),
+      precision_(precision),
       assignments_(assign_param_groups(params.table(), config.groups)),
       owned_(owned.empty() ? std::vector<std::pair<int64_t, int64_t>>{{0, params.table().total_floats()}}
                            : std::move(owned)),
@@ -33,24 +32,17 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
       m_(size_t(owned_floats_) * sizeof(float)),
       v_(size_t(owned_floats_) * sizeof(float)) {
   if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
+  int64_t largest = 0;
   for (const ParamAssignment& a : assignments_) {
     if (a.optimizer != OptimizerKind::Muon || !owns(*a.param)) continue;
     const Shape& shape = a.param->shape;
-    if (a.param->role == ParamRole::ExpertWeight) {
-      for (int64_t e = 0; e < shape[0]; ++e) {
-        matrices_.push_back({&a, a.param->offset + e * shape[1] * shape[2], shape[1], shape[2]});
-      }
-    } else {
-      matrices_.push_back({&a, a.param->offset, shape[0], shape[1]});
-    }
+    const bool experts = a.param->role == ParamRole::ExpertWeight;
+    const MatrixBatch batch{&a, a.param->offset, experts ? shape[0] : 1, shape[experts ? 1 : 0],
+                            shape[experts ? 2 : 1]};
+    batches_.push_back(batch);
+    largest = std::max(largest, batch.count * batch.rows * batch.cols);
   }
-  for (const Matrix& matrix : matrices_) {
-    scratch_per_thread_ =
-        std::max(scratch_per_thread_,
-                 matrix.rows * matrix.cols + ops_.newton_schulz_scratch(matrix.rows, matrix.cols));
-  }
-  scratch_per_thread_ = int64_t(align_up(size_t(scratch_per_thread_), kAlignment / sizeof(float)));
-  scratch_ = AlignedBuffer(size_t(scratch_per_thread_ * omp_get_max_threads()) * sizeof(float));
+  update_ = AlignedBuffer(size_t(largest) * sizeof(float));
 }
 
 int64_t Optimizer::state_index(int64_t offset) const {
@@ -100,32 +92,26 @@ OptimizerStepStats Optimizer::step(double lr_factor, double grad_norm) {
                     {lr, adam.beta1, adam.beta2, adam.eps, a.weight_decay ? config_.weight_decay : 0.0f,
                      stats.clip_factor, correction1, correction2});
   }
-  // Matrices in parallel, each on one thread (the ops inside run serially when nested), each thread with
-  // its own scratch; every matrix is computed the same way whatever the thread count.
   const auto muon_start = Clock::now();
   stats.adamw_seconds = std::chrono::duration<double>(muon_start - adamw_start).count();
   const float muon_lr = base_lr * config_.muon.lr_multiplier;
-  const int64_t count = int64_t(matrices_.size());
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t i = 0; i < count; ++i) {
-    float* scratch = scratch_.as<float>() + omp_get_thread_num() * scratch_per_thread_;
-    muon_update(matrices_[size_t(i)], muon_lr, stats.clip_factor, scratch);
-  }
+  for (const MatrixBatch& batch : batches_) muon_update(batch, muon_lr, stats.clip_factor);
   stats.muon_seconds = std::chrono::duration<double>(Clock::now() - muon_start).count();
   return stats;
 }
 
-void Optimizer::muon_update(const Matrix& matrix, float lr, float grad_scale, float* scratch) {
+void Optimizer::muon_update(const MatrixBatch& batch, float lr, float grad_scale) {
   const MuonConfig& muon = config_.muon;
-  const int64_t n = matrix.rows * matrix.cols;
-  lr *= matrix.assignment->lr_multiplier;
-  float* update = scratch;
-  ops_.momentum_step(m_.as<float>() + state_index(matrix.offset), params_.grads() + matrix.offset, n,
+  const int64_t n = batch.count * batch.rows * batch.cols;
+  lr *= batch.assignment->lr_multiplier;
+  float* update = update_.as<float>();
+  ops_.momentum_step(m_.as<float>() + state_index(batch.offset), params_.grads() + batch.offset, n,
                      muon.momentum, muon.nesterov, grad_scale, update);
-  ops_.newton_schulz(update, matrix.rows, matrix.cols, muon.ns_steps, muon.ns_coefficients, scratch + n);
-  const float decay = matrix.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;
-  const float scale = muon.rms_scale * std::sqrt(float(std::max(matrix.rows, matrix.cols)));
-  ops_.decay_and_subtract(params_.values() + matrix.offset, update, n, decay, lr * scale);
+  ops_.newton_schulz(precision_, update, batch.count, batch.rows, batch.cols, muon.ns_steps,
+                     muon.ns_coefficients);
+  const float decay = batch.assignment->weight_decay ? lr * config_.weight_decay : 0.0f;
+  const float scale = muon.rms_scale * std::sqrt(float(std::max(batch.rows, batch.cols)));
+  ops_.decay_and_subtract(params_.values() + batch.offset, update, n, decay, lr * scale);
 }
 
 }  // namespace zaya

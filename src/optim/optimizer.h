@@ -1,15 +1,16 @@
 #pragma once
 // Muon for the hidden matrices and AdamW for the rest, over the parameter store: clipping by the global
 // gradient norm, then one update per parameter from its group's rule. Each expert's gate_up_proj[e] and
-// down_proj[e] is its own matrix for Muon. Under data parallelism an optimizer owns ranges of the
-// parameters (optim/optimizer_shards.h: one of the dense parameters, one of the expert weights): it keeps
-// state for, and updates, only the parameters in them.
+// down_proj[e] is its own matrix for Muon; a layer's experts are orthogonalised as one batch. Under data
+// parallelism an optimizer owns ranges of the parameters (optim/optimizer_shards.h: one of the dense
+// parameters, one of the expert weights): it keeps state for, and updates, only the parameters in them.
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/precision.h"
 #include "optim/param_groups.h"
 
 namespace zaya {
@@ -50,8 +51,9 @@ class Optimizer {
  public:
   // Throws Error naming optimizer.* fields when the rules do not fit the model. `owned`: the float ranges
   // [begin, end) of the parameter layout this optimizer updates (cut between parameters); none: all of it.
+  // `precision`: of Muon's Newton-Schulz products (the run's precision; see docs/TRAINING.md).
   Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops& ops,
-            std::vector<std::pair<int64_t, int64_t>> owned = {});
+            std::vector<std::pair<int64_t, int64_t>> owned = {}, Precision precision = Precision::F32);
 
   // One update of the owned parameters from the gradients accumulated in the store, at lr = config.lr *
   // lr_factor (x multipliers). grad_norm: the L2 norm of the whole model's gradient (for clipping); the
@@ -71,11 +73,13 @@ class Optimizer {
   float* second_moment(const ParamInfo& param) { return v_.as<float>() + state_index(param.offset); }
 
  private:
-  struct Matrix {
+  // One Muon parameter: `count` matrices [rows, cols] one after the other (a layer's experts, or one).
+  struct MatrixBatch {
     const ParamAssignment* assignment;
-    int64_t offset, rows, cols;  // into the flat buffers
+    int64_t offset;  // into the flat buffers
+    int64_t count, rows, cols;
   };
-  void muon_update(const Matrix& matrix, float lr, float grad_scale, float* scratch);
+  void muon_update(const MatrixBatch& batch, float lr, float grad_scale);
   // Where the state of the float at `offset` of the layout is kept (the owned ranges' states one after
   // the other), or -1 when no owned range holds it.
   int64_t state_index(int64_t offset) const;
@@ -83,13 +87,13 @@ class Optimizer {
   ParameterStore& params_;
   OptimizerConfig config_;
   Ops& ops_;
+  Precision precision_;
   std::vector<ParamAssignment> assignments_;
   std::vector<std::pair<int64_t, int64_t>> owned_;  // float ranges of the parameter layout
   int64_t owned_floats_ = 0;                        // their total length
-  std::vector<Matrix> matrices_;  // Muon's unit of work, owned ones only; offsets into the parameter layout
-  AlignedBuffer m_, v_;           // [owned_floats_] each
-  AlignedBuffer scratch_;         // per thread: the update and Newton-Schulz's buffers
-  int64_t scratch_per_thread_ = 0;
+  std::vector<MatrixBatch> batches_;                // Muon's units of work, owned ones only
+  AlignedBuffer m_, v_;                             // [owned_floats_] each
+  AlignedBuffer update_;  // [the largest batch's floats]: the update being orthogonalised
   int64_t steps_ = 0;
 };
 

@@ -277,8 +277,9 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   const OptimizerShards dense_shards = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks);
   const OptimizerShards expert_shards =
       plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), expert_holders.size());
+  const Precision precision = resolve_precision(config.run.precision, ops, "run.precision");
   Optimizer optimizer(params, config.optimizer, ops,
-                      {dense_shards.range(rank), expert_shards.range(expert_holders.rank())});
+                      {dense_shards.range(rank), expert_shards.range(expert_holders.rank())}, precision);
   BalancingController balancing(config.balancing, params.dims().layers, params.dims().experts);
   TrainerState state;
   if (!resume.empty()) {
@@ -296,7 +297,6 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
         .field("stages");
   }
 
-  const Precision precision = resolve_precision(config.run.precision, ops, "run.precision");
   ZayaModel model(params, ops, precision);
   model.set_router_aux_loss(config.aux_loss);
   model.set_expert_group(expert_group.get());

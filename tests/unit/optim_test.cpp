@@ -10,7 +10,9 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "dist/communicator.h"
 #include "model/model_io.h"
 #include "optim/balancing.h"
@@ -103,10 +105,11 @@ std::vector<double> singular_values(const std::vector<float>& x, int64_t rows, i
   return out;
 }
 
-std::vector<double> orthogonalised(std::vector<float> x, int64_t rows, int64_t cols) {
-  std::vector<float> scratch(size_t(cpu_ops().newton_schulz_scratch(rows, cols)));
-  const float coefficients[3] = {3.4445f, -4.7750f, 2.0315f};
-  cpu_ops().newton_schulz(x.data(), rows, cols, 5, coefficients, scratch.data());
+constexpr float kQuintic[3] = {3.4445f, -4.7750f, 2.0315f};
+
+std::vector<double> orthogonalised(std::vector<float> x, int64_t rows, int64_t cols,
+                                   Precision precision = Precision::F32) {
+  cpu_ops().newton_schulz(precision, x.data(), 1, rows, cols, 5, kQuintic);
   return singular_values(x, rows, cols);
 }
 
@@ -134,6 +137,21 @@ TEST_P(NewtonSchulz, SingularValuesLandInTheQuinticBand) {
   }
 }
 
+// In bf16 the band holds for full-rank inputs; a rank-deficient one does not stay so (rounding X puts
+// ~u |X| into the null space, and the quintic's slope 3.44 at zero grows it 3.44^5 ~ 500-fold, as in the
+// reference Muon), so only full-rank inputs are taken.
+class NewtonSchulzBf16 : public ::testing::TestWithParam<NsCase> {};
+
+TEST_P(NewtonSchulzBf16, FullRankSingularValuesLandInTheBand) {
+  const NsCase& c = GetParam();
+  const std::vector<double> out =
+      orthogonalised(with_singular_values(c.rows, c.cols, c.sigma), c.rows, c.cols, Precision::BF16);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_GE(out[i], 0.65) << c.name << " singular value " << i;
+    EXPECT_LE(out[i], 1.2) << c.name << " singular value " << i;
+  }
+}
+
 std::vector<double> log_spaced(int count, double largest, double smallest) {
   std::vector<double> out;
   for (int i = 0; i < count; ++i)
@@ -141,15 +159,59 @@ std::vector<double> log_spaced(int count, double largest, double smallest) {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Inputs, NewtonSchulz,
-    ::testing::Values(NsCase{"square, spread 1..0.5", 32, 32, log_spaced(32, 1.0, 0.5)},
-                      NsCase{"wide, random scale", 16, 48, log_spaced(16, 37.0, 9.0)},
-                      NsCase{"tall, ill-conditioned (100)", 48, 24, log_spaced(24, 5.0, 0.05)},
-                      NsCase{"wide, ill-conditioned (100)", 20, 40, log_spaced(20, 1.0, 0.01)},
-                      NsCase{"tall, rank 8 of 24", 40, 24, log_spaced(8, 2.0, 0.5)},
-                      NsCase{"square, rank 5", 24, 24, log_spaced(5, 1.0, 0.2)}),
-    [](const auto& info) { return "case" + std::to_string(info.index); });
+std::vector<NsCase> ns_cases(bool full_rank_only) {
+  std::vector<NsCase> cases = {{"square, spread 1..0.5", 32, 32, log_spaced(32, 1.0, 0.5)},
+                               {"wide, random scale", 16, 48, log_spaced(16, 37.0, 9.0)},
+                               {"tall, ill-conditioned (100)", 48, 24, log_spaced(24, 5.0, 0.05)},
+                               {"wide, ill-conditioned (100)", 20, 40, log_spaced(20, 1.0, 0.01)},
+                               {"tall, rank 8 of 24", 40, 24, log_spaced(8, 2.0, 0.5)},
+                               {"square, rank 5", 24, 24, log_spaced(5, 1.0, 0.2)}};
+  if (full_rank_only) {
+    std::erase_if(cases, [](const NsCase& c) { return int64_t(c.sigma.size()) < std::min(c.rows, c.cols); });
+  }
+  return cases;
+}
+
+const auto kCaseName = [](const auto& info) { return "case" + std::to_string(info.index); };
+INSTANTIATE_TEST_SUITE_P(Inputs, NewtonSchulz, ::testing::ValuesIn(ns_cases(false)), kCaseName);
+INSTANTIATE_TEST_SUITE_P(Inputs, NewtonSchulzBf16, ::testing::ValuesIn(ns_cases(true)), kCaseName);
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// A batch of an expert layer's shape (tall and wide, with rows > 256 so that bf16 products pad k): each
+// matrix of the batch, run concurrently on the threads, gives the bits it gives alone in a batch run on one
+// thread, and stays near the f32 result. Bound: each product reads operands rounded with relative error
+// u = 2^-8, and the quintic's slope is at most |a| = 3.44, so five steps of three products bound the
+// relative error by 5 * 3 * 2u * 3.44 ~ 0.4 in the worst case; these spectra measure 0.016 (~4u), and
+// 0.05 (~13u) is asserted.
+TEST(NewtonSchulzBatch, Bf16BatchIsEachMatrixAloneAndNearF32) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 96}, {64, 272}}) {
+    constexpr int64_t kCount = 5;
+    std::vector<float> batch;
+    for (int64_t e = 0; e < kCount; ++e) {
+      const std::vector<float> one =
+          with_singular_values(rows, cols, log_spaced(int(std::min(rows, cols)), 2.0 + e, 0.2));
+      batch.insert(batch.end(), one.begin(), one.end());
+    }
+    std::vector<float> f32 = batch, bf16 = batch, serial = batch;
+    cpu_ops().newton_schulz(Precision::F32, f32.data(), kCount, rows, cols, 5, kQuintic);
+    cpu_ops().newton_schulz(Precision::BF16, bf16.data(), kCount, rows, cols, 5, kQuintic);
+    const int threads = num_threads();
+    set_num_threads(1);
+    cpu_ops().newton_schulz(Precision::BF16, serial.data(), kCount, rows, cols, 5, kQuintic);
+    set_num_threads(threads);
+    EXPECT_EQ(0, std::memcmp(bf16.data(), serial.data(), bf16.size() * sizeof(float))) << rows << "x" << cols;
+    EXPECT_LT(relative_l2(bf16, f32), 0.05) << rows << "x" << cols;
+    EXPECT_GT(relative_l2(bf16, f32), 0.0) << "the bf16 products were not taken";
+  }
+}
 
 TEST(Schedule, WarmupThenEachShape) {
   ScheduleConfig wsd{ScheduleKind::Wsd, 100, 0.2, DecayShape::Linear, 0.1};

@@ -1,5 +1,7 @@
 #include "backend/cpu/bf16_matmul.h"
 
+#include <omp.h>
+
 #include <bit>
 #include <cstring>
 #include <mutex>
@@ -7,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/error.h"
 
 namespace zaya {
@@ -84,22 +87,38 @@ void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows
 
 }  // namespace
 
-// A primitive with its three memory objects, made once: creating a memory object allocates, and a step runs
-// thousands of products.
-struct Product {
+// A primitive and the size of the scratchpad it asks for (user-managed, so that threads can run it at once).
+struct Primitive {
   dnnl::matmul matmul;
-  memory a, b, c;
+  memory::desc a, b, c, scratchpad;
+};
+
+// What one thread needs to run products: its stream, its packed operands and scratchpad, and the memory
+// objects of each primitive it has run (made once: creating a memory object allocates, and a step runs
+// thousands of products). Products run concurrently from the threads of a parallel loop (Muon's
+// Newton-Schulz), one workspace each.
+struct Workspace {
+  std::mutex mutex;  // threads outside OpenMP regions share workspace 0
+  dnnl::stream stream;
+  struct Bound {
+    memory a, b, c, scratchpad;
+  };
+  std::unordered_map<const Primitive*, Bound> bound;
+  std::vector<BFloat16> a, b;  // packed operands
+  std::vector<float> c;        // the padded output, when m was padded
+  AlignedBuffer scratchpad;    // the primitives' scratchpad
+
+  explicit Workspace(const dnnl::engine& engine) : stream(engine) {}
 };
 
 struct Bf16Matmul::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::mutex mutex;
-  std::unordered_map<Key, Product, KeyHash> primitives;
-  std::vector<BFloat16> a, b;  // packed operands
-  std::vector<float> c;        // the padded output, when m was padded
+  mutable std::mutex mutex;  // guards the two containers; each workspace has its own
+  std::unordered_map<Key, Primitive, KeyHash> primitives;  // nodes never move: references stay valid
+  std::vector<std::unique_ptr<Workspace>> workspaces;      // by OpenMP thread number
 
-  Product& primitive(const Key& key) {
+  const Primitive& primitive(const Key& key) {
+    std::lock_guard lock(mutex);
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     const auto bf16 = memory::data_type::bf16;
@@ -107,6 +126,7 @@ struct Bf16Matmul::State {
     const memory::desc b_md = matrix_desc(key.k, key.n, key.ldb, key.trans_b, bf16);
     const memory::desc c_md = matrix_desc(key.m, key.n, key.ldc, false, memory::data_type::f32);
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const float alpha = std::bit_cast<float>(key.alpha_bits), beta = std::bit_cast<float>(key.beta_bits);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -116,12 +136,19 @@ struct Bf16Matmul::State {
     }
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
-      Product product{dnnl::matmul(pd), memory(a_md, engine, nullptr), memory(b_md, engine, nullptr),
-                      memory(c_md, engine, nullptr)};
-      return primitives.emplace(key, std::move(product)).first->second;
+      return primitives.emplace(key, Primitive{dnnl::matmul(pd), a_md, b_md, c_md, pd.scratchpad_desc()})
+          .first->second;
     } catch (const dnnl::error& e) {
       throw Error(cat("oneDNN has no bf16 matmul for this CPU (", e.what(), "); use precision \"fp32\""));
     }
+  }
+
+  Workspace& workspace() {
+    const size_t index = omp_in_parallel() ? size_t(omp_get_thread_num()) : 0;
+    std::lock_guard lock(mutex);
+    if (workspaces.size() <= index) workspaces.resize(index + 1);
+    if (!workspaces[index]) workspaces[index] = std::make_unique<Workspace>(engine);
+    return *workspaces[index];
   }
 };
 
@@ -135,22 +162,22 @@ int64_t Bf16Matmul::primitives() const {
 
 void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
                      int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  State& s = *state_;
-  std::lock_guard lock(s.mutex);
+  Workspace& w = state_->workspace();
+  std::lock_guard lock(w.mutex);
   const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
   const int64_t mp = bf16_bucket(m), kp = bf16_bucket(k);
   // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]); a bf16 operand that needs no padding is
   // read where it is, any other is packed contiguous.
   const void* a_data = a.data;
   if (a.type != DType::BF16 || mp != m || kp != k) {
-    ta ? pack_bf16(a, k, m, lda, kp, mp, s.a) : pack_bf16(a, m, k, lda, mp, kp, s.a);
-    a_data = s.a.data();
+    ta ? pack_bf16(a, k, m, lda, kp, mp, w.a) : pack_bf16(a, m, k, lda, mp, kp, w.a);
+    a_data = w.a.data();
     lda = ta ? mp : kp;
   }
   const void* b_data = b.data;
   if (b.type != DType::BF16 || kp != k) {
-    tb ? pack_bf16(b, n, k, ldb, n, kp, s.b) : pack_bf16(b, k, n, ldb, kp, n, s.b);
-    b_data = s.b.data();
+    tb ? pack_bf16(b, n, k, ldb, n, kp, w.b) : pack_bf16(b, k, n, ldb, kp, n, w.b);
+    b_data = w.b.data();
     ldb = tb ? kp : n;
   }
   // With padded rows the product lands in scratch first; beta is then applied on the way back.
@@ -166,22 +193,34 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
                 direct ? ldc : n,
                 std::bit_cast<uint32_t>(alpha),
                 std::bit_cast<uint32_t>(fused_beta)};
-  Product& product = s.primitive(key);
+  const Primitive& product = state_->primitive(key);
   float* out = c;
   if (!direct) {
-    s.c.resize(size_t(mp * n));
-    out = s.c.data();
+    w.c.resize(size_t(mp * n));
+    out = w.c.data();
   }
-  product.a.set_data_handle(const_cast<void*>(a_data));
-  product.b.set_data_handle(const_cast<void*>(b_data));
-  product.c.set_data_handle(out);
-  product.matmul.execute(
-      s.stream, {{DNNL_ARG_SRC, product.a}, {DNNL_ARG_WEIGHTS, product.b}, {DNNL_ARG_DST, product.c}});
-  s.stream.wait();
+  if (w.scratchpad.size() < product.scratchpad.get_size())
+    w.scratchpad = AlignedBuffer(product.scratchpad.get_size());
+  auto [it, made] = w.bound.try_emplace(&product);
+  Workspace::Bound& bound = it->second;
+  if (made) {
+    const dnnl::engine& engine = state_->engine;
+    bound = {memory(product.a, engine, nullptr), memory(product.b, engine, nullptr),
+             memory(product.c, engine, nullptr), memory(product.scratchpad, engine, nullptr)};
+  }
+  bound.a.set_data_handle(const_cast<void*>(a_data));
+  bound.b.set_data_handle(const_cast<void*>(b_data));
+  bound.c.set_data_handle(out);
+  bound.scratchpad.set_data_handle(w.scratchpad.data());
+  product.matmul.execute(w.stream, {{DNNL_ARG_SRC, bound.a},
+                                    {DNNL_ARG_WEIGHTS, bound.b},
+                                    {DNNL_ARG_DST, bound.c},
+                                    {DNNL_ARG_SCRATCHPAD, bound.scratchpad}});
+  w.stream.wait();
   if (direct) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < m; ++i) {
-    const float* from = s.c.data() + i * n;
+    const float* from = w.c.data() + i * n;
     float* to = c + i * ldc;
     if (beta == 0.0f) {
       std::memcpy(to, from, size_t(n) * sizeof(float));

@@ -18,7 +18,8 @@ class Bf16Matmul {
   Bf16Matmul();
   ~Bf16Matmul();
 
-  // As Ops::gemm with Precision::BF16; m, n, k >= 1. Thread-safe (one product at a time).
+  // As Ops::gemm with Precision::BF16; m, n, k >= 1. Thread-safe: the threads of an OpenMP parallel loop
+  // run their products at once (each with its own workspace); other callers take turns.
   void run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda,
            Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
   // Primitives created so far (bounded by the buckets; tested).

@@ -2,7 +2,10 @@
 // The CPU backend: Ops implemented with oneDNN's sgemm and OpenMP loops. Each group of ops lives in its
 // own source file (gemm, elementwise, cca, attention, routing, loss); this header is their common class.
 
+#include <vector>
+
 #include "backend/ops.h"
+#include "core/buffer.h"
 
 namespace zaya {
 
@@ -100,14 +103,20 @@ class CpuOps final : public Ops {
                   const AdamWStep& step) override;
   void momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
                      float grad_scale, float* out) override;
-  void newton_schulz(float* x, int64_t rows, int64_t cols, int steps, const float coefficients[3],
-                     float* scratch) override;
-  int64_t newton_schulz_scratch(int64_t rows, int64_t cols) override;
+  void newton_schulz(Precision precision, float* x, int64_t count, int64_t rows, int64_t cols, int steps,
+                     const float coefficients[3]) override;
   void decay_and_subtract(float* param, const float* update, int64_t count, float decay,
                           float alpha) override;
 
   double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
                        float grad_scale, float* dlogits) override;
+
+ private:
+  // One matrix of newton_schulz, in the working memory newton_schulz sizes for it.
+  void orthogonalise(Precision precision, float* x, int64_t rows, int64_t cols, int steps,
+                     const float coefficients[3], void* scratch);
+  // Newton-Schulz's working memory, one buffer per thread (a batch runs one matrix per thread).
+  std::vector<AlignedBuffer> newton_schulz_scratch_;
 };
 
 // Sums over rows into acc[n] in a fixed order per column, in parallel over blocks of columns, so the result
