@@ -8,8 +8,10 @@
 // others are overwritten. Parameter-gradient reductions run in a fixed order, so results do not depend
 // on the thread count.
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/precision.h"
 
@@ -41,6 +43,20 @@ struct AttentionShape {
 class Ops {
  public:
   virtual ~Ops() = default;
+
+  // ---- memory --------------------------------------------------------------------------------------
+  // Where this backend's values live: parameters, gradients, optimizer state and activation arenas are
+  // allocated here, and every pointer the ops take points into it.
+  virtual MemoryResource& memory() = 0;
+  // The one way the host reads a device value (expert offsets, the loss and router statistics, the
+  // gradient norm): each call is a synchronisation on a GPU, so they are counted, to be kept few.
+  void read_to_host(void* dst, const void* src, size_t bytes) {
+    ++host_reads_;
+    copy_to_host(dst, src, bytes);
+  }
+  int64_t host_reads() const { return host_reads_; }
+  // bytes of device memory set to zero.
+  virtual void zero(void* data, size_t bytes) = 0;
 
   // ---- matrix products -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) @ op(B) + beta * C; op(A) is [m,k], op(B) is [k,n]; C is f32. With
@@ -203,8 +219,8 @@ class Ops {
                                float* dgate_up) = 0;
 
   // ---- optimizer ---------------------------------------------------------------------------------
-  // sum of x^2 in double, in a fixed order.
-  virtual double sum_squares(const float* x, int64_t count) = 0;
+  // *sum (a device value) += the sum of x^2, in double, in a fixed order.
+  virtual void sum_squares(const float* x, int64_t count, double* sum) = 0;
   // AdamW with bias correction: m, v updated from grad * grad_scale; p = p (1 - lr wd) - lr m^ / (sqrt(v^) +
   // eps).
   struct AdamWStep {
@@ -228,11 +244,18 @@ class Ops {
                                   float alpha) = 0;
 
   // ---- loss --------------------------------------------------------------------------------------
-  // Cross-entropy of logits [rows, vocab] against labels (ignore_index -100 contributes nothing).
-  // Returns the summed loss over rows; when dlogits is given it receives grad_scale * d(sum)/dlogits and
-  // may alias logits.
-  virtual double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                               float grad_scale, float* dlogits) = 0;
+  // Cross-entropy of logits [rows, vocab] against labels (ignore_index -100 contributes nothing). Adds the
+  // summed loss over rows to *loss_sum (a device value); when dlogits is given it receives grad_scale *
+  // d(sum)/dlogits and may alias logits.
+  virtual void cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
+                             float grad_scale, float* dlogits, double* loss_sum) = 0;
+
+ protected:
+  // Copies bytes from this backend's memory to the host, after the work that writes them has finished.
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+
+ private:
+  int64_t host_reads_ = 0;
 };
 
 // The CPU implementation: oneDNN for matrix products, OpenMP for everything else.

@@ -4,12 +4,12 @@
 
 namespace zaya {
 
-Arena::Arena(size_t initial_bytes) {
+Arena::Arena(size_t initial_bytes, MemoryResource& memory) : memory_(&memory) {
   if (initial_bytes) add_block(initial_bytes);
 }
 
 void Arena::add_block(size_t bytes) {
-  blocks_.emplace_back(align_up(bytes));
+  blocks_.emplace_back(align_up(bytes), *memory_);
   offset_ = 0;
   ++system_allocations_;
 }

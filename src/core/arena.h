@@ -12,7 +12,8 @@ namespace zaya {
 
 class Arena {
  public:
-  explicit Arena(size_t initial_bytes = 0);
+  // Blocks come from `memory` (the host's, or a backend's device memory through Ops::memory()).
+  explicit Arena(size_t initial_bytes = 0, MemoryResource& memory = host_memory());
 
   // 64-byte aligned, uninitialised.
   void* allocate(size_t bytes);
@@ -39,6 +40,7 @@ class Arena {
  private:
   void add_block(size_t bytes);
 
+  MemoryResource* memory_;
   std::vector<AlignedBuffer> blocks_;
   size_t offset_ = 0;  // into blocks_.back()
   size_t used_ = 0;    // bytes handed out since reset, over all blocks

@@ -7,25 +7,45 @@
 
 namespace zaya {
 
-AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
-  if (bytes == 0) return;
-  data_ = std::aligned_alloc(kAlignment, align_up(bytes));
-  if (!data_) throw std::bad_alloc();
-  std::memset(data_, 0, align_up(bytes));
+namespace {
+
+class HostMemory final : public MemoryResource {
+ public:
+  void* allocate(size_t bytes) override {
+    void* data = std::aligned_alloc(kAlignment, align_up(bytes));
+    if (!data) throw std::bad_alloc();
+    std::memset(data, 0, align_up(bytes));
+    return data;
+  }
+  void release(void* data) noexcept override { std::free(data); }
+};
+
+}  // namespace
+
+MemoryResource& host_memory() {
+  static HostMemory memory;
+  return memory;
+}
+
+AlignedBuffer::AlignedBuffer(size_t bytes, MemoryResource& memory) : size_(bytes), memory_(&memory) {
+  if (bytes > 0) data_ = memory.allocate(bytes);
 }
 
 AlignedBuffer::~AlignedBuffer() {
-  std::free(data_);
+  if (data_) memory_->release(data_);
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      memory_(std::exchange(other.memory_, nullptr)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
-    std::free(data_);
+    if (data_) memory_->release(data_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    memory_ = std::exchange(other.memory_, nullptr);
   }
   return *this;
 }

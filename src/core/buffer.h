@@ -1,5 +1,7 @@
 #pragma once
 // Owning, 64-byte aligned memory: the storage behind parameters, gradients, optimizer state and arenas.
+// It lives where its MemoryResource puts it: the host by default, a backend's device when given
+// Ops::memory() (so a GPU backend places parameters, gradients, state and activations in device memory).
 
 #include <cstddef>
 
@@ -11,11 +13,23 @@ inline constexpr size_t align_up(size_t bytes, size_t alignment = kAlignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
+// Hands out and takes back memory on one device.
+class MemoryResource {
+ public:
+  virtual ~MemoryResource() = default;
+  // kAlignment-aligned and zero-filled, so a fresh buffer never leaks old memory into results; throws
+  // std::bad_alloc when there is not enough.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* data) noexcept = 0;
+};
+
+// The host's memory (aligned_alloc).
+MemoryResource& host_memory();
+
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  // Zero-filled, so a fresh buffer never leaks old memory into results.
-  explicit AlignedBuffer(size_t bytes);
+  explicit AlignedBuffer(size_t bytes, MemoryResource& memory = host_memory());
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
@@ -38,6 +52,7 @@ class AlignedBuffer {
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
+  MemoryResource* memory_ = nullptr;
 };
 
 }  // namespace zaya

@@ -42,7 +42,7 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
   arena_.reset();
   scratch_.reset();
-  reset_routing_stats();
+  reset_step_sums();
   const Batch one{&token, nullptr, nullptr, 1, 1};
   auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
 

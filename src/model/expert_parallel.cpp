@@ -57,13 +57,14 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
 
   // Every rank learns how many rows every rank sends to every expert.
   ex.table.assign(size_t(P * E), 0);
-  for (int64_t e = 0; e < E; ++e) ex.table[size_t(p * E + e)] = a.offsets[e + 1] - a.offsets[e];
+  for (int64_t e = 0; e < E; ++e)
+    ex.table[size_t(p * E + e)] = a.host_offsets[size_t(e + 1)] - a.host_offsets[size_t(e)];
   group.all_reduce_sum(ex.table.data(), P * E);
   ex.send.assign(size_t(P), 0);
   ex.recv.assign(size_t(P), 0);
   int64_t received = 0;
   for (int q = 0; q < P; ++q) {
-    ex.send[size_t(q)] = (a.offsets[(q + 1) * local] - a.offsets[q * local]) * H;
+    ex.send[size_t(q)] = (a.host_offsets[size_t((q + 1) * local)] - a.host_offsets[size_t(q * local)]) * H;
     for (int64_t l = 0; l < local; ++l) ex.recv[size_t(q)] += ex.table[size_t(q * E + p * local + l)] * H;
     received += ex.recv[size_t(q)] / H;
   }

@@ -1,9 +1,10 @@
 #pragma once
-// What one decoder layer's forward pass keeps for its backward pass. Every buffer lives in the model's
-// activation arena; T = tokens, H = hidden, C = conv channels, R = router size, N = tokens routed to an
-// expert (not skipped).
+// What one decoder layer's forward pass keeps for its backward pass. Every buffer but host_offsets lives in
+// the model's activation arena; T = tokens, H = hidden, C = conv channels, R = router size, N = tokens routed
+// to an expert (not skipped).
 
 #include <cstdint>
+#include <vector>
 
 namespace zaya {
 
@@ -43,12 +44,13 @@ struct LayerActivations {
   float* gate = nullptr;        // [T] the chosen probability, 0 for skip
   float* router_lse = nullptr;  // [T] log-sum-exp of the router logits (z-loss)
 
-  int32_t* order = nullptr;    // [T] token ids grouped by expert (first N used)
-  int64_t* offsets = nullptr;  // [E + 1]
-  float* gate_up = nullptr;    // [N, 2I] expert gate | up outputs
-  float* act = nullptr;        // [N, I] silu(gate) * up
-  float* y = nullptr;          // [N, H] expert outputs before the gate
-  float* moe = nullptr;        // [T, H] gated expert output per token
+  int32_t* order = nullptr;           // [T] token ids grouped by expert (first N used)
+  int64_t* offsets = nullptr;         // [E + 1]
+  std::vector<int64_t> host_offsets;  // [E + 1] offsets read to the host (they size the experts' products)
+  float* gate_up = nullptr;           // [N, 2I] expert gate | up outputs
+  float* act = nullptr;               // [N, I] silu(gate) * up
+  float* y = nullptr;                 // [N, H] expert outputs before the gate
+  float* moe = nullptr;               // [T, H] gated expert output per token
 };
 
 }  // namespace zaya

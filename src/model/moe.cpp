@@ -33,26 +33,30 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   ops_.gemm(Trans::No, Trans::Yes, T, dims_.routes(), R, 1.0f, a.f2, R, w.router_out, R, 0.0f, logits,
             dims_.routes());
   ops_.route_top1(logits, w.balancing_biases, T, dims_.routes(), a.probs, a.choice, a.gate, a.router_lse);
-  RouterLayerStats& stats = routing_[size_t(layer)];
-  ops_.router_statistics(a.probs, a.router_lse, a.choice, T, dims_.routes(), stats.counts.data(),
-                         stats.prob_sums.data(), &stats.entropy_sum, &stats.lse_square_sum);
+  const int64_t routes = dims_.routes();
+  double* sums = layer_step_sums(layer);
+  ops_.router_statistics(a.probs, a.router_lse, a.choice, T, routes, reinterpret_cast<int64_t*>(sums),
+                         sums + routes, sums + 2 * routes, sums + 2 * routes + 1);
 
-  // Experts: group the routed tokens, one SwiGLU per expert, scatter back times the gate.
+  // Experts: group the routed tokens, one SwiGLU per expert, scatter back times the gate. The rows of each
+  // expert size its products, so the offsets are read to the host (once per layer; backward reuses them).
   ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
-  const int64_t routed = a.offsets[E];
+  a.host_offsets.resize(size_t(E + 1));
+  ops_.read_to_host(a.host_offsets.data(), a.offsets, size_t(E + 1) * sizeof(int64_t));
+  const int64_t routed = a.host_offsets[size_t(E)];
   float* x = scratch_.alloc<float>(size_t(routed * H));
   ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
   if (expert_parallel()) {
     experts_forward_parallel(layer, a, x);
   } else {
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
       ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H,
                 m.gate_up.offset(e * 2 * I * H), H, 0.0f, a.gate_up + begin * 2 * I, 2 * I);
     }
     ops_.swiglu_forward(a.gate_up, routed, I, a.act);
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
       ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I,
                 m.down.offset(e * H * I), I, 0.0f, a.y + begin * H, H);
     }
@@ -69,7 +73,7 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   LayerWeights& g = g_.layers[size_t(layer)];
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
                 I = dims_.intermediate;
-  const int64_t routes = dims_.routes(), routed = a.offsets[E];
+  const int64_t routes = dims_.routes(), routed = a.host_offsets[size_t(E)];
   const Arena::Mark mark = scratch_.mark();
   auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
 
@@ -88,7 +92,7 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   } else {
     float* d_act = f(routed * I);
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
       ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H,
                 m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
       ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I,
@@ -99,7 +103,7 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
     float* x = f(routed * H);
     ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.offsets[e], rows = a.offsets[e + 1] - begin;
+      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
       ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
                 x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
       ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,

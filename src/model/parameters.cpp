@@ -142,11 +142,11 @@ const ParamInfo& ParameterTable::at(std::string_view name) const {
   return *param;
 }
 
-ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts)
+ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts, MemoryResource& memory)
     : dims_(dims),
       table_(dims, experts),
-      values_(size_t(table_.total_floats()) * sizeof(float)),
-      grads_(size_t(table_.total_floats()) * sizeof(float)) {}
+      values_(size_t(table_.total_floats()) * sizeof(float), memory),
+      grads_(size_t(table_.total_floats()) * sizeof(float), memory) {}
 
 TensorView ParameterStore::value_view(const ParamInfo& param) const {
   return {const_cast<float*>(value(param)), DType::F32, param.shape};

@@ -83,7 +83,9 @@ class ParameterTable {
 
 class ParameterStore {
  public:
-  explicit ParameterStore(const ModelDims& dims, ExpertSlice experts = {});
+  // Values and gradients live in `memory` (a backend's: Ops::memory()).
+  explicit ParameterStore(const ModelDims& dims, ExpertSlice experts = {},
+                          MemoryResource& memory = host_memory());
 
   const ModelDims& dims() const { return dims_; }
   const ParameterTable& table() const { return table_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -25,10 +26,14 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       precision_(precision),
       w_(bind_weights(params.table(), dims_, params.values())),
       g_(bind_weights(params.table(), dims_, params.grads())),
+      arena_(0, ops.memory()),
+      scratch_(0, ops.memory()),
       layers_(size_t(dims_.layers)),
-      routing_(size_t(dims_.layers)) {
+      routing_(size_t(dims_.layers)),
+      step_sums_(size_t(1 + dims_.layers * layer_sums()) * sizeof(double), ops.memory()),
+      host_sums_(size_t(1 + dims_.layers * layer_sums())) {
   if (precision_ == Precision::BF16)
-    copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16));
+    copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16), ops.memory());
   m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());  // null copies in fp32: the values
   weights_changed();
 }
@@ -91,7 +96,7 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   scratch_.reset();
   loss_scale_ = loss_scale;
   training_ = train;
-  reset_routing_stats();
+  reset_step_sums();
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
@@ -127,6 +132,7 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
 
   ForwardResult result;
   head(batch, xn_final_, keep_logits, train, loss_scale, result, logits, d_final);
+  read_step_sums(result);
   result.logits = logits;
   result.expert_choice = expert_choice_;
   result.routing = &routing_;
@@ -141,11 +147,22 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   return result;
 }
 
-void ZayaModel::reset_routing_stats() {
-  for (RouterLayerStats& stats : routing_) {
-    stats.counts.assign(size_t(dims_.routes()), 0);
-    stats.prob_sums.assign(size_t(dims_.routes()), 0.0);
-    stats.entropy_sum = stats.lse_square_sum = 0;
+void ZayaModel::reset_step_sums() {
+  ops_.zero(step_sums_.data(), step_sums_.size());
+}
+
+void ZayaModel::read_step_sums(ForwardResult& result) {
+  ops_.read_to_host(host_sums_.data(), step_sums_.data(), step_sums_.size());
+  result.loss_sum = host_sums_[0];
+  const int64_t routes = dims_.routes();
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    const double* sums = host_sums_.data() + (layer_step_sums(l) - step_sums_.as<double>());
+    RouterLayerStats& stats = routing_[size_t(l)];
+    stats.counts.resize(size_t(routes));
+    std::memcpy(stats.counts.data(), sums, size_t(routes) * sizeof(int64_t));
+    stats.prob_sums.assign(sums + routes, sums + 2 * routes);
+    stats.entropy_sum = sums[2 * routes];
+    stats.lse_square_sum = sums[2 * routes + 1];
   }
 }
 
@@ -237,7 +254,7 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
     if (w_.lm_head_bias) ops_.add_bias(z, n, V, V, w_.lm_head_bias);
     if (!batch.labels) continue;
     float* dz = train ? (keep_logits ? chunk_grads : z) : nullptr;
-    result.loss_sum += ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz);
+    ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz, step_sums_.as<double>());
     if (!train) continue;
     ops_.gemm(precision_, Trans::No, Trans::No, n, H, V, 1.0f, dz, V, m_.lm_head, H, 0.0f, d_final + t0 * H,
               H);

@@ -105,7 +105,13 @@ class ZayaModel {
  private:
   ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
   void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
-  void reset_routing_stats();
+  // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
+  // forward, read to the host in one call at its end.
+  void reset_step_sums();
+  void read_step_sums(ForwardResult& result);
+  // Per layer in step_sums_: route counts (int64) [routes], probability sums [routes], entropy, lse^2.
+  int64_t layer_sums() const { return 2 * dims_.routes() + 2; }
+  double* layer_step_sums(int64_t layer) { return step_sums_.as<double>() + 1 + layer * layer_sums(); }
   // cos and sin of one layer's rotary embedding for positions [first, first + count) into arena memory.
   void rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin);
   void embed(const Batch& batch, float* out);
@@ -140,7 +146,9 @@ class ZayaModel {
   Arena arena_;           // activations: reset at the start of each forward
   Arena scratch_;         // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
-  std::vector<RouterLayerStats> routing_;
+  std::vector<RouterLayerStats> routing_;  // the host's copy of the router statistics, per layer
+  AlignedBuffer step_sums_;                // [1 + layers * layer_sums()] doubles: the loss, then per layer
+  std::vector<double> host_sums_;          // step_sums_ read to the host
   RouterAuxLoss aux_;
   Communicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group

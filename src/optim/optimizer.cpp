@@ -29,8 +29,9 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
       owned_(owned.empty() ? std::vector<std::pair<int64_t, int64_t>>{{0, params.table().total_floats()}}
                            : std::move(owned)),
       owned_floats_(total_length(owned_)),
-      m_(size_t(owned_floats_) * sizeof(float)),
-      v_(size_t(owned_floats_) * sizeof(float)) {
+      m_(size_t(owned_floats_) * sizeof(float), ops.memory()),
+      v_(size_t(owned_floats_) * sizeof(float), ops.memory()),
+      grad_sum_squares_(sizeof(double), ops.memory()) {
   if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
   int64_t largest = 0;
   for (const ParamAssignment& a : assignments_) {
@@ -42,7 +43,7 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
     batches_.push_back(batch);
     largest = std::max(largest, batch.count * batch.rows * batch.cols);
   }
-  update_ = AlignedBuffer(size_t(largest) * sizeof(float));
+  update_ = AlignedBuffer(size_t(largest) * sizeof(float), ops.memory());
 }
 
 int64_t Optimizer::state_index(int64_t offset) const {
@@ -54,11 +55,14 @@ int64_t Optimizer::state_index(int64_t offset) const {
   return -1;
 }
 
-double Optimizer::owned_grad_sum_squares() const {
-  double sum_squares = 0;
+double Optimizer::owned_grad_sum_squares() {
+  double* sum = grad_sum_squares_.as<double>();
+  ops_.zero(sum, sizeof(double));
   for (const ParamAssignment& a : assignments_) {
-    if (owns(*a.param)) sum_squares += ops_.sum_squares(params_.grad(*a.param), a.param->numel());
+    if (owns(*a.param)) ops_.sum_squares(params_.grad(*a.param), a.param->numel(), sum);
   }
+  double sum_squares = 0;
+  ops_.read_to_host(&sum_squares, sum, sizeof sum_squares);
   return sum_squares;
 }
 

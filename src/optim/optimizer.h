@@ -61,7 +61,8 @@ class Optimizer {
   OptimizerStepStats step(double lr_factor, double grad_norm);
   OptimizerStepStats step(double lr_factor);
   // The sum of squares of the owned parameters' gradients: its sum over ranks is the squared norm.
-  double owned_grad_sum_squares() const;
+  // One read of a device value.
+  double owned_grad_sum_squares();
 
   const std::vector<ParamAssignment>& assignments() const { return assignments_; }
   bool owns(const ParamInfo& param) const { return state_index(param.offset) >= 0; }
@@ -93,7 +94,8 @@ class Optimizer {
   int64_t owned_floats_ = 0;                        // their total length
   std::vector<MatrixBatch> batches_;                // Muon's units of work, owned ones only
   AlignedBuffer m_, v_;                             // [owned_floats_] each
-  AlignedBuffer update_;  // [the largest batch's floats]: the update being orthogonalised
+  AlignedBuffer update_;            // [the largest batch's floats]: the update being orthogonalised
+  AlignedBuffer grad_sum_squares_;  // [1] double: the sum owned_grad_sum_squares takes on the device
   int64_t steps_ = 0;
 };
 

@@ -271,7 +271,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   }
   Communicator& expert_holders = P > 1 ? *expert_holders_group : comm;
   const int64_t local_experts = dims.experts / P;
-  ParameterStore params(dims, {(rank % P) * local_experts, local_experts});
+  ParameterStore params(dims, {(rank % P) * local_experts, local_experts}, ops.memory());
   const ParameterTable& table = params.table();
   const std::vector<ParamAssignment> assignments = assign_param_groups(table, config.optimizer.groups);
   const OptimizerShards dense_shards = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks);

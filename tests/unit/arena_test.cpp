@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "core/arena.h"
 
@@ -72,4 +73,46 @@ TEST(Arena, GrowsPastItsFirstBlock) {
 }
 
 }  // namespace
+// Counts what passes through it, on top of the host's memory.
+class CountingMemory final : public MemoryResource {
+ public:
+  void* allocate(size_t bytes) override {
+    void* data = host_memory().allocate(bytes);
+    sizes[data] = bytes;
+    ++allocations;
+    live_bytes += bytes;
+    return data;
+  }
+  void release(void* data) noexcept override {
+    ++releases;
+    live_bytes -= sizes[data];
+    sizes.erase(data);
+    host_memory().release(data);
+  }
+  int allocations = 0, releases = 0;
+  size_t live_bytes = 0;
+
+ private:
+  std::map<void*, size_t> sizes;
+};
+
+// An arena's blocks and a buffer's memory come from the resource they are given (a backend's device memory)
+// and go back to it.
+TEST(Arena, TakesItsBlocksFromTheGivenMemory) {
+  CountingMemory memory;
+  {
+    Arena arena(0, memory);
+    std::memset(arena.allocate(1000), 1, 1000);
+    arena.allocate(5000);
+    arena.reset();
+    EXPECT_EQ(memory.allocations, int(arena.system_allocations()));
+    AlignedBuffer buffer(100, memory);
+    EXPECT_EQ(static_cast<const char*>(buffer.data())[99], 0);  // zero-filled
+    AlignedBuffer moved = std::move(buffer);
+    EXPECT_GT(memory.live_bytes, 0u);
+  }
+  EXPECT_EQ(memory.releases, memory.allocations);
+  EXPECT_EQ(memory.live_bytes, 0u);
+}
+
 }  // namespace zaya

@@ -16,6 +16,7 @@
 #include "model/model_io.h"
 #include "model/model_stats.h"
 #include "model/zaya_model.h"
+#include "optim/optimizer.h"
 #include "unit/test_util.h"
 
 namespace zaya {
@@ -249,6 +250,35 @@ TEST(ZayaModel, ForwardAloneGivesTheSameLossAndLeavesGradientsAlone) {
   EXPECT_EQ(inference, training);
   // At initialisation the model is close to uniform over the vocabulary.
   EXPECT_NEAR(inference / (2 * 16), std::log(double(config.vocab_size)), 0.05);
+}
+
+// The host reads a device value only through Ops::read_to_host, and a step does so a fixed, small number
+// of times: once per layer for the expert offsets (they size the experts' products; backward reuses them),
+// once for the loss with the router statistics, and once for the optimizer's gradient norm.
+TEST(ZayaModel, ReadsDeviceValuesOncePerLayerAndOncePerStep) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.02, 2);
+  const std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+  ZayaModel model(params, cpu_ops());
+  Optimizer optimizer(params, {}, cpu_ops());
+  const int64_t layers = params.dims().layers;
+  int64_t before = cpu_ops().host_reads();
+  model.forward({ids.data(), labels.data(), nullptr, 2, 17});
+  EXPECT_EQ(cpu_ops().host_reads() - before, layers + 1);
+  before = cpu_ops().host_reads();
+  params.zero_grads();
+  const ForwardResult result = model.forward_backward({ids.data(), labels.data(), nullptr, 2, 17}, 1.0f);
+  EXPECT_EQ(cpu_ops().host_reads() - before, layers + 1);
+  int64_t routed = 0;  // what was read is the step's: every token was counted on one route
+  for (const RouterLayerStats& stats : *result.routing) {
+    for (int64_t count : stats.counts) routed += count;
+  }
+  EXPECT_EQ(routed, layers * 2 * 17);
+  before = cpu_ops().host_reads();
+  optimizer.step(1.0);
+  EXPECT_EQ(cpu_ops().host_reads() - before, 1);
 }
 
 TEST(ZayaModel, RejectsTokensOutsideTheVocabulary) {

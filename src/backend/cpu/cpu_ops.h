@@ -11,6 +11,9 @@ namespace zaya {
 
 class CpuOps final : public Ops {
  public:
+  MemoryResource& memory() override { return host_memory(); }
+  void zero(void* data, size_t bytes) override;
+
   using Ops::gemm;
   void gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) override;
@@ -98,7 +101,7 @@ class CpuOps final : public Ops {
   void swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
                        float* dgate_up) override;
 
-  double sum_squares(const float* x, int64_t count) override;
+  void sum_squares(const float* x, int64_t count, double* sum) override;
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,
                   const AdamWStep& step) override;
   void momentum_step(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
@@ -108,8 +111,11 @@ class CpuOps final : public Ops {
   void decay_and_subtract(float* param, const float* update, int64_t count, float decay,
                           float alpha) override;
 
-  double cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                       float grad_scale, float* dlogits) override;
+  void cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
+                     float grad_scale, float* dlogits, double* loss_sum) override;
+
+ protected:
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
 
  private:
   // One matrix of newton_schulz, in the working memory newton_schulz sizes for it.

@@ -13,8 +13,8 @@ namespace {
 constexpr int32_t kIgnoreIndex = -100;
 }
 
-double CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                             float grad_scale, float* dlogits) {
+void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
+                           float grad_scale, float* dlogits, double* loss_sum) {
   // Per-row losses summed afterwards in row order: the total does not depend on the thread count.
   thread_local std::vector<double> row_loss_storage;
   if (row_loss_storage.size() < size_t(rows)) row_loss_storage.resize(size_t(rows));
@@ -38,7 +38,7 @@ double CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t
   }
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) total += row_loss[r];
-  return total;
+  *loss_sum += total;
 }
 
 Ops& cpu_ops() {

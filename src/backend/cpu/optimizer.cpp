@@ -11,7 +11,7 @@
 
 namespace zaya {
 
-double CpuOps::sum_squares(const float* x, int64_t count) {
+void CpuOps::sum_squares(const float* x, int64_t count, double* sum) {
   // Fixed blocks summed in double, then the block sums in order: independent of the thread count.
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (count + kBlock - 1) / kBlock;
@@ -27,7 +27,7 @@ double CpuOps::sum_squares(const float* x, int64_t count) {
   }
   double total = 0;
   for (int64_t block = 0; block < blocks; ++block) total += partial[block];
-  return total;
+  *sum += total;
 }
 
 void CpuOps::adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,
@@ -66,7 +66,9 @@ void CpuOps::orthogonalise(Precision precision, float* x, int64_t rows, int64_t 
   } else {
     std::copy(x, x + rows * cols, current);
   }
-  const float norm = float(std::sqrt(sum_squares(current, r * c)));
+  double sum = 0;
+  sum_squares(current, r * c, &sum);
+  const float norm = float(std::sqrt(sum));
   const float inv = 1.0f / (norm + 1e-7f);
   for (int64_t i = 0; i < r * c; ++i) current[i] *= inv;
   const float qa = coefficients[0], qb = coefficients[1], qc = coefficients[2];
