@@ -27,9 +27,11 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   const int64_t rotary = dims_.layer[size_t(layer)].rotary_dim;
   const Arena::Mark mark = scratch_.mark();
 
-  // q0 | k0 side by side: the convolution mixes them as one [T, C] signal.
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, KD, H, 1.0f, a.xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
+  // q0 | k0 side by side: the convolution mixes them as one [T, C] signal. xn1 feeds four products here and
+  // four in backward.
+  a.xn1_in = product_input(a.xn1, T * H, arena_);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, QD, H, 1.0f, a.xn1_in, H, m.q_proj, H, 0.0f, a.qk0, C);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, KD, H, 1.0f, a.xn1_in, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
   if (w.q_bias) ops_.add_bias(a.qk0, T, QD, C, w.q_bias);
   if (w.k_bias) ops_.add_bias(a.qk0 + QD, T, KD, C, w.k_bias);
   ops_.qk_mean_forward(a.qk0, T, C, shape, a.q_res, a.k_res);
@@ -53,10 +55,10 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   // v = [v_proj_current(x_t) | v_proj_delayed(x_{t-1})]; before the first token the delayed projection
   // sees a zero vector, which leaves its bias (or zero).
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1, H, m.v_current, H, 0.0f, a.v, KD);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1_in, H, m.v_current, H, 0.0f, a.v, KD);
   if (w.v_current_bias) ops_.add_bias(a.v, T, half, KD, w.v_current_bias);
   float* delayed = scratch_.alloc<float>(size_t(T * half));
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1, H, m.v_delayed, H, 0.0f, delayed,
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1_in, H, m.v_delayed, H, 0.0f, delayed,
             half);
   float* first = w.v_delayed_bias;
   if (first) {
@@ -68,7 +70,8 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   ops_.delay_forward(delayed, first, batch.batch, batch.seq, half, a.v + half, KD);
 
   ops_.attention_forward(a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)), a.o, a.lse);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o, QD, m.o_proj, QD, 0.0f, a.attn, H);
+  a.o_in = product_input(a.o, T * QD, arena_);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o_in, QD, m.o_proj, QD, 0.0f, a.attn, H);
   if (w.o_bias) ops_.add_bias(a.attn, T, H, H, w.o_bias);
   scratch_.rewind(mark);
 }
@@ -86,10 +89,11 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
 
   // o_proj
-  ops_.gemm(precision_, Trans::Yes, Trans::No, H, QD, T, 1.0f, d_attn, H, a.o, QD, 1.0f, g.o_proj, QD);
+  const Operand d_attn_in = product_input(d_attn, T * H, scratch_);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, H, QD, T, 1.0f, d_attn_in, H, a.o_in, QD, 1.0f, g.o_proj, QD);
   if (g.o_bias) ops_.bias_backward(d_attn, T, H, H, g.o_bias);
   float* d_o = f(T * QD);
-  ops_.gemm(precision_, Trans::No, Trans::No, T, QD, H, 1.0f, d_attn, H, m.o_proj, QD, 0.0f, d_o, QD);
+  ops_.gemm(precision_, Trans::No, Trans::No, T, QD, H, 1.0f, d_attn_in, H, m.o_proj, QD, 0.0f, d_o, QD);
 
   float* d_q = f(T * QD);
   float* d_k = f(T * KD);
@@ -121,21 +125,28 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   ops_.delay_backward(d_v + half, KD, batch.batch, batch.seq, half, d_delayed, g.v_delayed_bias);
   if (g.v_delayed_bias) ops_.bias_backward(d_delayed, T, half, half, g.v_delayed_bias);
   if (g.v_current_bias) ops_.bias_backward(d_v, T, half, KD, g.v_current_bias);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_v, KD, a.xn1, H, 1.0f, g.v_current, H);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_delayed, half, a.xn1, H, 1.0f, g.v_delayed,
+  // Each gradient below feeds two products: its weight's gradient and the input gradient.
+  const Operand d_v_in = product_input(d_v, T * KD, scratch_);
+  const Operand d_delayed_in = product_input(d_delayed, T * half, scratch_);
+  const Operand d_qk0_in = product_input(d_qk0, T * C, scratch_);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_v_in, KD, a.xn1_in, H, 1.0f, g.v_current,
             H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_delayed_in, half, a.xn1_in, H, 1.0f,
+            g.v_delayed, H);
 
   // q and k projections.
-  ops_.gemm(precision_, Trans::Yes, Trans::No, QD, H, T, 1.0f, d_qk0, C, a.xn1, H, 1.0f, g.q_proj, H);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, KD, H, T, 1.0f, d_qk0 + QD, C, a.xn1, H, 1.0f, g.k_proj, H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, QD, H, T, 1.0f, d_qk0_in, C, a.xn1_in, H, 1.0f, g.q_proj, H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, KD, H, T, 1.0f, d_qk0_in.offset(QD), C, a.xn1_in, H, 1.0f,
+            g.k_proj, H);
   if (g.q_bias) ops_.bias_backward(d_qk0, T, QD, C, g.q_bias);
   if (g.k_bias) ops_.bias_backward(d_qk0 + QD, T, KD, C, g.k_bias);
 
   // The input gradient sums the four projections' contributions.
-  ops_.gemm(precision_, Trans::No, Trans::No, T, H, QD, 1.0f, d_qk0, C, m.q_proj, H, 0.0f, d_x, H);
-  ops_.gemm(precision_, Trans::No, Trans::No, T, H, KD, 1.0f, d_qk0 + QD, C, m.k_proj, H, 1.0f, d_x, H);
-  ops_.gemm(precision_, Trans::No, Trans::No, T, H, half, 1.0f, d_v, KD, m.v_current, H, 1.0f, d_x, H);
-  ops_.gemm(precision_, Trans::No, Trans::No, T, H, half, 1.0f, d_delayed, half, m.v_delayed, H, 1.0f, d_x,
+  ops_.gemm(precision_, Trans::No, Trans::No, T, H, QD, 1.0f, d_qk0_in, C, m.q_proj, H, 0.0f, d_x, H);
+  ops_.gemm(precision_, Trans::No, Trans::No, T, H, KD, 1.0f, d_qk0_in.offset(QD), C, m.k_proj, H, 1.0f, d_x,
+            H);
+  ops_.gemm(precision_, Trans::No, Trans::No, T, H, half, 1.0f, d_v_in, KD, m.v_current, H, 1.0f, d_x, H);
+  ops_.gemm(precision_, Trans::No, Trans::No, T, H, half, 1.0f, d_delayed_in, half, m.v_delayed, H, 1.0f, d_x,
             H);
   scratch_.rewind(mark);
 }

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/ops.h"
+
 namespace zaya {
 
 struct LayerActivations {
   float* x_in = nullptr;   // [T, H] the residual stream entering the layer
   float* rstd1 = nullptr;  // [T] input_layernorm
   float* xn1 = nullptr;    // [T, H] normalised input, padding rows zeroed (what q, k, v project)
+  Operand xn1_in;          // xn1 as the products read it (rounded once in bf16 runs)
 
   float* qk0 = nullptr;      // [T, C] q_proj | k_proj outputs (the convolution's input)
   float* q_res = nullptr;    // [T, heads * D] the q-k mean skip for queries
@@ -25,6 +28,7 @@ struct LayerActivations {
   float* k = nullptr;        // [T, kv_heads, D] normalised, times temp, rotated
   float* v = nullptr;        // [T, kv_heads * D] current half | delayed half
   float* o = nullptr;        // [T, heads * D] attention output
+  Operand o_in;              // o as the products read it
   float* lse = nullptr;      // [B, heads, S]
   float* attn = nullptr;     // [T, H] after o_proj
 
@@ -49,6 +53,7 @@ struct LayerActivations {
   std::vector<int64_t> host_offsets;  // [E + 1] offsets read to the host (they size the experts' products)
   float* gate_up = nullptr;           // [N, 2I] expert gate | up outputs
   float* act = nullptr;               // [N, I] silu(gate) * up
+  Operand act_in;                     // act as the products read it
   float* y = nullptr;                 // [N, H] expert outputs before the gate
   float* moe = nullptr;               // [T, H] gated expert output per token
 };

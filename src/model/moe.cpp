@@ -55,9 +55,10 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
                 m.gate_up.offset(e * 2 * I * H), H, 0.0f, a.gate_up + begin * 2 * I, 2 * I);
     }
     ops_.swiglu_forward(a.gate_up, routed, I, a.act);
+    a.act_in = product_input(a.act, routed * I, arena_, T * I);  // read again by the down weights' gradient
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act + begin * I, I,
+      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act_in.offset(begin * I), I,
                 m.down.offset(e * H * I), I, 0.0f, a.y + begin * H, H);
     }
   }
@@ -90,24 +91,27 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   if (expert_parallel()) {
     experts_backward_parallel(layer, d_y, d_x);
   } else {
+    // d_y and d_gate_up each feed two products per expert.
     float* d_act = f(routed * I);
+    const Operand d_y_in = product_input(d_y, routed * H, scratch_);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y + begin * H, H,
+      ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y_in.offset(begin * H), H,
                 m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
-      ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y + begin * H, H, a.act + begin * I, I,
-                1.0f, g.down + e * H * I, I);
+      ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_in.offset(begin * H), H,
+                a.act_in.offset(begin * I), I, 1.0f, g.down + e * H * I, I);
     }
     float* d_gate_up = f(routed * 2 * I);
     ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
+    const Operand d_gate_up_in = product_input(d_gate_up, routed * 2 * I, scratch_);
     float* x = f(routed * H);
     ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-                x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
-      ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-                m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x + begin * H, H);
+      ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up_in.offset(begin * 2 * I),
+                2 * I, x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
+      ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up_in.offset(begin * 2 * I),
+                2 * I, m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x + begin * H, H);
     }
   }
   ops_.fill(d_xn2, T * H, 0.0f);

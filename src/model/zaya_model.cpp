@@ -147,6 +147,13 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   return result;
 }
 
+Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena, int64_t capacity) {
+  if (precision_ != Precision::BF16) return x;
+  BFloat16* rounded = arena.alloc<BFloat16>(size_t(std::max(count, capacity)));
+  ops_.convert_to_bf16(x, count, rounded);
+  return rounded;
+}
+
 void ZayaModel::reset_step_sums() {
   ops_.zero(step_sums_.data(), step_sums_.size());
 }
@@ -246,21 +253,25 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
   if (batch.labels) {
     for (int64_t t = 0; t < T; ++t) result.labelled += batch.labels[t] != kIgnoreLabel;
   }
+  const Operand hidden = product_input(final_hidden, T * H, scratch_);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
     float* z = keep_logits ? logits + t0 * V : chunk_logits;
-    ops_.gemm(precision_, Trans::No, Trans::Yes, n, V, H, 1.0f, final_hidden + t0 * H, H, m_.lm_head, H, 0.0f,
+    ops_.gemm(precision_, Trans::No, Trans::Yes, n, V, H, 1.0f, hidden.offset(t0 * H), H, m_.lm_head, H, 0.0f,
               z, V);
     if (w_.lm_head_bias) ops_.add_bias(z, n, V, V, w_.lm_head_bias);
     if (!batch.labels) continue;
     float* dz = train ? (keep_logits ? chunk_grads : z) : nullptr;
     ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz, step_sums_.as<double>());
     if (!train) continue;
-    ops_.gemm(precision_, Trans::No, Trans::No, n, H, V, 1.0f, dz, V, m_.lm_head, H, 0.0f, d_final + t0 * H,
-              H);
-    ops_.gemm(precision_, Trans::Yes, Trans::No, V, H, n, 1.0f, dz, V, final_hidden + t0 * H, H, 1.0f,
+    const Arena::Mark chunk_mark = scratch_.mark();
+    const Operand d_logits = product_input(dz, n * V, scratch_);
+    ops_.gemm(precision_, Trans::No, Trans::No, n, H, V, 1.0f, d_logits, V, m_.lm_head, H, 0.0f,
+              d_final + t0 * H, H);
+    ops_.gemm(precision_, Trans::Yes, Trans::No, V, H, n, 1.0f, d_logits, V, hidden.offset(t0 * H), H, 1.0f,
               g_.lm_head, H);
     if (g_.lm_head_bias) ops_.bias_backward(dz, n, V, V, g_.lm_head_bias);
+    scratch_.rewind(chunk_mark);
   }
   if (train && !batch.labels) ops_.fill(d_final, T * H, 0.0f);
   scratch_.rewind(mark);

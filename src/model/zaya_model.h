@@ -20,6 +20,7 @@ class Communicator;
 class Ops;
 struct ExpertExchange;
 struct LayerActivations;
+struct Operand;
 
 inline constexpr int32_t kIgnoreLabel = -100;
 
@@ -107,6 +108,10 @@ class ZayaModel {
   void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
+  // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the
+  // products read as it is, without rounding it each), in fp32 x itself. `capacity` (>= count) keeps the
+  // activation arena's layout the same every step when count varies (the rows routed to experts).
+  Operand product_input(const float* x, int64_t count, Arena& arena, int64_t capacity = 0);
   void reset_step_sums();
   void read_step_sums(ForwardResult& result);
   // Per layer in step_sums_: route counts (int64) [routes], probability sums [routes], entropy, lse^2.
