@@ -245,8 +245,9 @@ void ZayaModel::rope_tables(const Batch& batch) {
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,
                      float loss_scale, ForwardResult& result, float* logits, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
-  // Chunks of about 16M logits bound the scratch whatever the vocabulary.
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
+  // Chunks of about 16M logits bound the scratch whatever the vocabulary; a multiple of 16 rows, so that bf16
+  // products need no padding.
+  const int64_t chunk = std::max<int64_t>(16, std::min<int64_t>(T, (int64_t(1) << 24) / V / 16 * 16));
   const Arena::Mark mark = scratch_.mark();
   float* chunk_logits = keep_logits ? nullptr : scratch_.alloc<float>(size_t(chunk * V));
   float* chunk_grads = keep_logits && train ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;

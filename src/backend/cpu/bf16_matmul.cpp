@@ -14,9 +14,21 @@
 
 namespace zaya {
 
+namespace {
+
+int64_t bucket_step(int64_t size) {
+  return size <= 256 ? 16 : int64_t(std::bit_floor(uint64_t(size))) / 16;
+}
+
+}  // namespace
+
 int64_t bf16_bucket(int64_t size) {
-  const int64_t step = size <= 256 ? 16 : int64_t(std::bit_floor(uint64_t(size))) / 16;
+  const int64_t step = bucket_step(size);
   return (size + step - 1) / step * step;
+}
+
+int64_t bf16_bucket_below(int64_t size) {
+  return size / bucket_step(size) * bucket_step(size);
 }
 
 namespace {
@@ -162,10 +174,18 @@ int64_t Bf16Matmul::primitives() const {
 
 void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
                      int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  Workspace& w = state_->workspace();
-  std::lock_guard lock(w.mutex);
   const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
   const int64_t mp = bf16_bucket(m), kp = bf16_bucket(k);
+  // Rows past the last bucket below m run as a second product: the bulk then writes C directly, and only
+  // the few rows left over go through padded scratch.
+  if (const int64_t bulk = bf16_bucket_below(m); mp != m && bulk > 0) {
+    run(trans_a, trans_b, bulk, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    run(trans_a, trans_b, m - bulk, n, k, alpha, a.offset(ta ? bulk : bulk * lda), lda, b, ldb, beta,
+        c + bulk * ldc, ldc);
+    return;
+  }
+  Workspace& w = state_->workspace();
+  std::lock_guard lock(w.mutex);
   // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]); a bf16 operand that needs no padding is
   // read where it is, any other is packed contiguous.
   const void* a_data = a.data;

@@ -5,6 +5,8 @@
 // The rows an expert receives change every step, so the sizes that vary (m and k) are rounded up to a
 // short list of buckets and the operands padded with zeros: a run creates a bounded number of primitives
 // (creating one costs ~0.5 ms, as much as the product of an expert's rows) and pays at most 6.25% padding.
+// m is split instead at the bucket below it, so that the bulk of the rows is written in place and only the
+// rest goes through padded scratch (a vocabulary of 50000 rows would otherwise copy all of its output).
 
 #include <cstdint>
 #include <memory>
@@ -37,6 +39,8 @@ void round_to_bf16(const float* src, int64_t count, BFloat16* dst);
 // The size a varying dimension is padded to: a multiple of 16 up to 256, then of 1/16th of the power of
 // two at or below it.
 int64_t bf16_bucket(int64_t size);
+// The largest bucket at or below size (0 below 16).
+int64_t bf16_bucket_below(int64_t size);
 
 Bf16Matmul& cpu_bf16_matmul();
 
