@@ -184,6 +184,16 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
         c + bulk * ldc, ldc);
     return;
   }
+  // The same for a long sum: the bulk of k reads the operands in place, the rest is added to it. The second
+  // product reads and writes all of C again, which costs more than padding the operands when k is short
+  // next to m and n (an expert's weight gradient, k = its rows): split only when k is at least their
+  // harmonic mean.
+  if (const int64_t bulk = bf16_bucket_below(k); kp != k && bulk > 0 && k * (m + n) >= 2 * m * n) {
+    run(trans_a, trans_b, m, n, bulk, alpha, a, lda, b, ldb, beta, c, ldc);
+    run(trans_a, trans_b, m, n, k - bulk, alpha, a.offset(ta ? bulk * lda : bulk), lda,
+        b.offset(tb ? bulk : bulk * ldb), ldb, 1.0f, c, ldc);
+    return;
+  }
   Workspace& w = state_->workspace();
   std::lock_guard lock(w.mutex);
   // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]); a bf16 operand that needs no padding is

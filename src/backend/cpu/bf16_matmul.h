@@ -5,8 +5,9 @@
 // The rows an expert receives change every step, so the sizes that vary (m and k) are rounded up to a
 // short list of buckets and the operands padded with zeros: a run creates a bounded number of primitives
 // (creating one costs ~0.5 ms, as much as the product of an expert's rows) and pays at most 6.25% padding.
-// m is split instead at the bucket below it, so that the bulk of the rows is written in place and only the
-// rest goes through padded scratch (a vocabulary of 50000 rows would otherwise copy all of its output).
+// m and k are split instead at the bucket below them, so that the bulk of the product reads its operands
+// and writes its output in place and only the rest goes through padded scratch (a vocabulary of 50000
+// would otherwise copy the whole head and its output for every chunk).
 
 #include <cstdint>
 #include <memory>
