@@ -23,7 +23,9 @@ class HostMemory final : public MemoryResource {
 }  // namespace
 
 MemoryResource& host_memory() {
-  static HostMemory memory;
+  // Never destroyed: buffers held by other statics (the CPU backend's scratch) release into it at exit,
+  // whatever the order of static destruction.
+  static HostMemory& memory = *new HostMemory;
   return memory;
 }
 
