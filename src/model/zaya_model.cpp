@@ -30,8 +30,8 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       scratch_(0, ops.memory()),
       layers_(size_t(dims_.layers)),
       routing_(size_t(dims_.layers)),
-      step_sums_(size_t(1 + dims_.layers * layer_sums()) * sizeof(double), ops.memory()),
-      host_sums_(size_t(1 + dims_.layers * layer_sums())) {
+      step_sums_(size_t(layer_sums_offset(dims_.layers)) * sizeof(double), ops.memory()),
+      host_sums_(size_t(layer_sums_offset(dims_.layers))) {
   if (precision_ == Precision::BF16)
     copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16), ops.memory());
   m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());  // null copies in fp32: the values
@@ -163,7 +163,7 @@ void ZayaModel::read_step_sums(ForwardResult& result) {
   result.loss_sum = host_sums_[0];
   const int64_t routes = dims_.routes();
   for (int64_t l = 0; l < dims_.layers; ++l) {
-    const double* sums = host_sums_.data() + (layer_step_sums(l) - step_sums_.as<double>());
+    const double* sums = host_sums_.data() + layer_sums_offset(l);
     RouterLayerStats& stats = routing_[size_t(l)];
     stats.counts.resize(size_t(routes));
     std::memcpy(stats.counts.data(), sums, size_t(routes) * sizeof(int64_t));

@@ -114,9 +114,11 @@ class ZayaModel {
   Operand product_input(const float* x, int64_t count, Arena& arena, int64_t capacity = 0);
   void reset_step_sums();
   void read_step_sums(ForwardResult& result);
-  // Per layer in step_sums_: route counts (int64) [routes], probability sums [routes], entropy, lse^2.
+  // Per layer in step_sums_, from layer_sums_offset: route counts (int64) [routes], probability sums
+  // [routes], entropy, lse^2.
   int64_t layer_sums() const { return 2 * dims_.routes() + 2; }
-  double* layer_step_sums(int64_t layer) { return step_sums_.as<double>() + 1 + layer * layer_sums(); }
+  int64_t layer_sums_offset(int64_t layer) const { return 1 + layer * layer_sums(); }
+  double* layer_step_sums(int64_t layer) { return step_sums_.as<double>() + layer_sums_offset(layer); }
   // cos and sin of one layer's rotary embedding for positions [first, first + count) into arena memory.
   void rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin);
   void embed(const Batch& batch, float* out);

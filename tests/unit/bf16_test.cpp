@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "model/model_io.h"
 #include "model/zaya_model.h"
+#include "unit/reference_data.h"
 
 namespace zaya {
 namespace {
@@ -137,15 +138,6 @@ TEST(Bf16Bucket, PadsByAtMostASixteenthPastTheFirstBuckets) {
   }
 }
 
-double relative_l2(const float* got, const float* want, int64_t count) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 struct PassResult {
   double loss = 0;
   std::vector<float> logits, grads;
@@ -185,11 +177,11 @@ TEST_F(Bf16, ModelPassesStayCloseToFloat32) {
   // Each product rounds its inputs once (<= 2u relative per term, about u sqrt(2) in L2 for independent
   // errors), and an error passes through some 2 products per layer on each of 4 layers: the logits
   // stay within 8u, the loss within 1u relative.
-  EXPECT_LE(relative_l2(b16.logits.data(), f32.logits.data(), int64_t(f32.logits.size())), 8 * kUnit);
+  EXPECT_LE(test::relative_error(b16.logits, f32.logits), 8 * kUnit);
   EXPECT_NEAR(b16.loss, f32.loss, kUnit * f32.loss);
   // Gradients go through the forward's rounding and the backward's: the whole gradient within 16u. (A token
   // whose router choice differs between the two moves one expert's rows, so single tensors can differ more.)
-  EXPECT_LE(relative_l2(b16.grads.data(), f32.grads.data(), int64_t(f32.grads.size())), 16 * kUnit);
+  EXPECT_LE(test::relative_error(b16.grads, f32.grads), 16 * kUnit);
   int64_t same = 0;
   for (size_t i = 0; i < f32.choices.size(); ++i) same += f32.choices[i] == b16.choices[i];
   EXPECT_GE(double(same), 0.97 * double(f32.choices.size())) << "router choices";

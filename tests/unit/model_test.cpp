@@ -236,40 +236,45 @@ TEST(ZayaModel, TrainingStepIsDeterministicAndAllocatesNothingAfterWarmUp) {
   EXPECT_EQ(model.arena_allocations(), allocations_after_warm_up);
 }
 
+// The tiny model at initialisation with two sequences of 17 random tokens.
+struct TinyBatch {
+  ZayaConfig config = tiny();
+  ParameterStore params{model_dims(config)};
+  std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
+  std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+
+  TinyBatch() { init_parameters(params, 0.02, 2); }
+  Batch batch() const { return {ids.data(), labels.data(), nullptr, 2, 17}; }
+};
+
 TEST(ZayaModel, ForwardAloneGivesTheSameLossAndLeavesGradientsAlone) {
-  const ZayaConfig config = tiny();
-  ParameterStore params(model_dims(config));
-  init_parameters(params, 0.02, 2);
-  const std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
-  const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+  TinyBatch tiny_batch;
+  ParameterStore& params = tiny_batch.params;
   ZayaModel model(params, cpu_ops());
   params.zero_grads();
-  const double inference = model.forward({ids.data(), labels.data(), nullptr, 2, 17}).loss_sum;
+  const double inference = model.forward(tiny_batch.batch()).loss_sum;
   for (int64_t i = 0; i < params.table().total_floats(); ++i) ASSERT_EQ(params.grads()[i], 0.0f);
-  const double training = model.forward_backward({ids.data(), labels.data(), nullptr, 2, 17}, 1.0f).loss_sum;
+  const double training = model.forward_backward(tiny_batch.batch(), 1.0f).loss_sum;
   EXPECT_EQ(inference, training);
   // At initialisation the model is close to uniform over the vocabulary.
-  EXPECT_NEAR(inference / (2 * 16), std::log(double(config.vocab_size)), 0.05);
+  EXPECT_NEAR(inference / (2 * 16), std::log(double(tiny_batch.config.vocab_size)), 0.05);
 }
 
 // The host reads a device value only through Ops::read_to_host, and a step does so a fixed, small number
 // of times: once per layer for the expert offsets (they size the experts' products; backward reuses them),
 // once for the loss with the router statistics, and once for the optimizer's gradient norm.
 TEST(ZayaModel, ReadsDeviceValuesOncePerLayerAndOncePerStep) {
-  const ZayaConfig config = tiny();
-  ParameterStore params(model_dims(config));
-  init_parameters(params, 0.02, 2);
-  const std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
-  const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+  TinyBatch tiny_batch;
+  ParameterStore& params = tiny_batch.params;
   ZayaModel model(params, cpu_ops());
   Optimizer optimizer(params, {}, cpu_ops());
   const int64_t layers = params.dims().layers;
   int64_t before = cpu_ops().host_reads();
-  model.forward({ids.data(), labels.data(), nullptr, 2, 17});
+  model.forward(tiny_batch.batch());
   EXPECT_EQ(cpu_ops().host_reads() - before, layers + 1);
   before = cpu_ops().host_reads();
   params.zero_grads();
-  const ForwardResult result = model.forward_backward({ids.data(), labels.data(), nullptr, 2, 17}, 1.0f);
+  const ForwardResult result = model.forward_backward(tiny_batch.batch(), 1.0f);
   EXPECT_EQ(cpu_ops().host_reads() - before, layers + 1);
   int64_t routed = 0;  // what was read is the step's: every token was counted on one route
   for (const RouterLayerStats& stats : *result.routing) {

@@ -22,6 +22,7 @@
 #include "optim/schedule.h"
 #include "train/gradient_reducer.h"
 #include "train/train_step.h"
+#include "unit/reference_data.h"
 #include "unit/test_util.h"
 
 namespace zaya {
@@ -176,15 +177,6 @@ const auto kCaseName = [](const auto& info) { return "case" + std::to_string(inf
 INSTANTIATE_TEST_SUITE_P(Inputs, NewtonSchulz, ::testing::ValuesIn(ns_cases(false)), kCaseName);
 INSTANTIATE_TEST_SUITE_P(Inputs, NewtonSchulzBf16, ::testing::ValuesIn(ns_cases(true)), kCaseName);
 
-double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 // A batch of an expert layer's shape (tall and wide, with rows > 256 so that bf16 products pad k): each
 // matrix of the batch, run concurrently on the threads, gives the bits it gives alone in a batch run on one
 // thread, and stays near the f32 result. Bound: each product reads operands rounded with relative error
@@ -208,8 +200,8 @@ TEST(NewtonSchulzBatch, Bf16BatchIsEachMatrixAloneAndNearF32) {
     cpu_ops().newton_schulz(Precision::BF16, serial.data(), kCount, rows, cols, 5, kQuintic);
     set_num_threads(threads);
     EXPECT_EQ(0, std::memcmp(bf16.data(), serial.data(), bf16.size() * sizeof(float))) << rows << "x" << cols;
-    EXPECT_LT(relative_l2(bf16, f32), 0.05) << rows << "x" << cols;
-    EXPECT_GT(relative_l2(bf16, f32), 0.0) << "the bf16 products were not taken";
+    EXPECT_LT(test::relative_error(bf16, f32), 0.05) << rows << "x" << cols;
+    EXPECT_GT(test::relative_error(bf16, f32), 0.0) << "the bf16 products were not taken";
   }
 }
 
