@@ -1,4 +1,4 @@
-// Micro-benchmarks of the CPU backend's kernels at the shapes of the `small` preset (Google Benchmark).
+// Micro-benchmarks of the CPU backend's kernels (Google Benchmark), at the shapes each names.
 // Run: build/bench/zaya_kernels_bench [--benchmark_filter=...]
 
 #include <benchmark/benchmark.h>
@@ -53,25 +53,35 @@ BENCHMARK(BM_Gemm)
     ->Args({1024, 1024, 1024, 0})
     ->Unit(benchmark::kMillisecond);
 
+// Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
+// backward, in f32 or bf16 products.
 void BM_Attention(benchmark::State& state) {
-  const AttentionShape shape{16, 512, 4, 2, 64, 0};
-  const int64_t qn = 16 * 512 * 4 * 64, kn = 16 * 512 * 2 * 64;
+  const AttentionShape shape{4, 512, 8, 2, 128, 0};
+  const int64_t tokens = shape.batch * shape.seq, qn = tokens * shape.heads * shape.head_dim,
+                kn = tokens * shape.kv_heads * shape.head_dim;
   std::vector<float> q = random_floats(size_t(qn), 1), k = random_floats(size_t(kn), 2),
                      v = random_floats(size_t(kn), 3);
-  std::vector<float> o(static_cast<size_t>(qn)), lse(16 * 4 * 512), dq(static_cast<size_t>(qn)),
-      dk(static_cast<size_t>(kn)), dv(static_cast<size_t>(kn));
+  std::vector<float> o(static_cast<size_t>(qn)), lse(size_t(shape.batch * shape.heads * shape.seq)),
+      dq(static_cast<size_t>(qn)), dk(static_cast<size_t>(kn)), dv(static_cast<size_t>(kn));
   const bool backward = state.range(0);
-  cpu_ops().attention_forward(q.data(), k.data(), v.data(), nullptr, shape, 0.125f, o.data(), lse.data());
+  const Precision precision = state.range(1) ? Precision::BF16 : Precision::F32;
+  const float scale = 0.088f;
+  cpu_ops().attention_forward(precision, q.data(), k.data(), v.data(), nullptr, shape, scale, o.data(),
+                              lse.data());
   for (auto _ : state) {
     if (backward) {
-      cpu_ops().attention_backward(q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(), o.data(),
-                                   shape, 0.125f, dq.data(), dk.data(), dv.data());
+      cpu_ops().attention_backward(precision, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(),
+                                   o.data(), shape, scale, dq.data(), dk.data(), dv.data());
     } else {
-      cpu_ops().attention_forward(q.data(), k.data(), v.data(), nullptr, shape, 0.125f, o.data(), lse.data());
+      cpu_ops().attention_forward(precision, q.data(), k.data(), v.data(), nullptr, shape, scale, o.data(),
+                                  lse.data());
     }
   }
 }
-BENCHMARK(BM_Attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"backward", "bf16"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace zaya

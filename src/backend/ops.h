@@ -168,12 +168,15 @@ class Ops {
                     const float* cos, const float* sin, bool inverse) = 0;
   // Causal (optionally windowed) GQA softmax attention with key padding (key_mask [batch, seq], 1 = keep;
   // null = all). q [B,S,H,D], k and v [B,S,KV,D], o [B,S,H,D], lse [B,H,S] (log-sum-exp, -inf for a row that
-  // sees no key, whose output is 0).
-  virtual void attention_forward(const float* q, const float* k, const float* v, const float* key_mask,
-                                 const AttentionShape& shape, float scale, float* o, float* lse) = 0;
+  // sees no key, whose output is 0). With Precision::BF16 the products (scores, probabilities x values, and
+  // the backward's five) take bf16 operands and sum in f32, as gemm does; masking, softmax, the log-sum-exp
+  // and every row statistic stay f32.
+  virtual void attention_forward(Precision precision, const float* q, const float* k, const float* v,
+                                 const float* key_mask, const AttentionShape& shape, float scale, float* o,
+                                 float* lse) = 0;
   // dq, dk, dv overwritten.
-  virtual void attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
-                                  const float* o, const float* lse, const float* dout,
+  virtual void attention_backward(Precision precision, const float* q, const float* k, const float* v,
+                                  const float* key_mask, const float* o, const float* lse, const float* dout,
                                   const AttentionShape& shape, float scale, float* dq, float* dk,
                                   float* dv) = 0;
 

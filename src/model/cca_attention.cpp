@@ -69,7 +69,8 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   }
   ops_.delay_forward(delayed, first, batch.batch, batch.seq, half, a.v + half, KD);
 
-  ops_.attention_forward(a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)), a.o, a.lse);
+  ops_.attention_forward(precision_, a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)),
+                         a.o, a.lse);
   a.o_in = product_input(a.o, T * QD, arena_);
   ops_.gemm(precision_, Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o_in, QD, m.o_proj, QD, 0.0f, a.attn, H);
   if (w.o_bias) ops_.add_bias(a.attn, T, H, H, w.o_bias);
@@ -98,7 +99,7 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   float* d_q = f(T * QD);
   float* d_k = f(T * KD);
   float* d_v = f(T * KD);
-  ops_.attention_backward(a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape,
+  ops_.attention_backward(precision_, a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape,
                           1.0f / std::sqrt(float(D)), d_q, d_k, d_v);
   const float* cos = rope_cos_[size_t(layer)];
   const float* sin = rope_sin_[size_t(layer)];

@@ -138,6 +138,139 @@ TEST(Bf16Bucket, PadsByAtMostASixteenthPastTheFirstBuckets) {
   }
 }
 
+// Attention in bf16 against f32, element by element, on the same inputs. Bounds (first principles, no
+// fitted factor): a score's inputs are rounded, so it moves by at most E_s = (2u + u^2) scale sum_d |q k|;
+// a probability exp(s - lse) then moves by a factor within e^(+-2 E_s) in the forward (the log-sum-exp moves
+// too) and e^(+-E_s) in the backward (which is given the log-sum-exp). A product term a b whose a carries an
+// error ea before both factors are rounded is off by at most |b| ((|a| + ea)(1 + u)^2 - |a|). Both runs sum
+// in f32: (terms + 2) 2^-23 of the magnitudes, and 2^-18 of them for exp and the row sums.
+class Bf16Attention : public Bf16 {
+ protected:
+  static constexpr int64_t B = 2, S = 150, H = 4, KV = 2, D = 24;  // 3 query blocks, D padded to 32
+  static constexpr float kScale = 0.3f;
+  std::vector<float> q = random_matrix(B * S * H * D, 21), k = random_matrix(B * S * KV * D, 22),
+                     v = random_matrix(B * S * KV * D, 23), dout = random_matrix(B * S * H * D, 24);
+  std::vector<float> mask = std::vector<float>(size_t(B * S), 1.0f);
+
+  void SetUp() override {
+    Bf16::SetUp();
+    mask[size_t(S + 7)] = 0.0f;  // a padded key in the second sequence
+  }
+  float qv(int64_t b, int64_t i, int64_t h, int64_t d) const {
+    return q[size_t(((b * S + i) * H + h) * D + d)];
+  }
+  float kv(const std::vector<float>& x, int64_t b, int64_t j, int64_t g, int64_t d) const {
+    return x[size_t(((b * S + j) * KV + g) * D + d)];
+  }
+  float dov(int64_t b, int64_t i, int64_t h, int64_t d) const {
+    return dout[size_t(((b * S + i) * H + h) * D + d)];
+  }
+  bool visible(int64_t b, int64_t i, int64_t j, int64_t window) const {
+    return j <= i && (window == 0 || j > i - window) && mask[size_t(b * S + j)] != 0.0f;
+  }
+  static double term_error(double a, double ea, double b) {
+    return std::abs(b) * ((std::abs(a) + ea) * (1 + kUnit) * (1 + kUnit) - std::abs(a));
+  }
+  static double f32_slack(int64_t terms, double magnitude) {
+    return (double(terms + 2) * std::ldexp(1.0, -23) + std::ldexp(1.0, -18)) * magnitude;
+  }
+};
+
+TEST_F(Bf16Attention, ForwardAndBackwardStayWithinTheRoundingBounds) {
+  for (int64_t window : {0, 50}) {
+    SCOPED_TRACE(testing::Message() << "window " << window);
+    const AttentionShape shape{B, S, H, KV, D, window};
+    std::vector<float> o(q.size()), lse(size_t(B * H * S)), o16(q.size()), lse16(lse.size());
+    cpu_ops().attention_forward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), shape, kScale,
+                                o.data(), lse.data());
+    cpu_ops().attention_forward(Precision::BF16, q.data(), k.data(), v.data(), mask.data(), shape, kScale,
+                                o16.data(), lse16.data());
+    // Both backward passes get the f32 forward's output and log-sum-exp: the op is checked on its inputs.
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dq16(q.size()), dk16(k.size()),
+        dv16(v.size());
+    cpu_ops().attention_backward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), o.data(),
+                                 lse.data(), dout.data(), shape, kScale, dq.data(), dk.data(), dv.data());
+    cpu_ops().attention_backward(Precision::BF16, q.data(), k.data(), v.data(), mask.data(), o.data(),
+                                 lse.data(), dout.data(), shape, kScale, dq16.data(), dk16.data(),
+                                 dv16.data());
+
+    double worst = 0;
+    auto check = [&](double got, double want, double bound) {
+      worst = std::max(worst, std::abs(got - want) / bound);
+    };
+    std::vector<double> bound_dk(k.size()), bound_dv(v.size()), magnitude_dk(k.size()),
+        magnitude_dv(v.size());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / (H / KV);
+        for (int64_t i = 0; i < S; ++i) {
+          // Exact scores, their error bounds, probabilities, dP and dS of this query row.
+          std::vector<double> p(size_t(S), 0.0), es(size_t(S), 0.0), dp(size_t(S), 0.0), edp(size_t(S), 0.0);
+          double max_es = 0, row_dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            row_dot += double(dov(b, i, h, d)) * o[size_t(((b * S + i) * H + h) * D + d)];
+          const double row_lse = lse[size_t((b * H + h) * S + i)];
+          for (int64_t j = 0; j < S; ++j) {
+            if (!visible(b, i, j, window)) continue;
+            double score = 0, score_magnitude = 0, dpj = 0, dp_magnitude = 0;
+            for (int64_t d = 0; d < D; ++d) {
+              score += double(qv(b, i, h, d)) * kv(k, b, j, g, d);
+              score_magnitude += std::abs(double(qv(b, i, h, d)) * kv(k, b, j, g, d));
+              dpj += double(dov(b, i, h, d)) * kv(v, b, j, g, d);
+              dp_magnitude += std::abs(double(dov(b, i, h, d)) * kv(v, b, j, g, d));
+            }
+            p[size_t(j)] = std::exp(kScale * score - row_lse);
+            es[size_t(j)] = (2 * kUnit + kUnit * kUnit) * kScale * score_magnitude +
+                            f32_slack(D, kScale * score_magnitude);
+            max_es = std::max(max_es, es[size_t(j)]);
+            dp[size_t(j)] = dpj;
+            edp[size_t(j)] = (2 * kUnit + kUnit * kUnit) * dp_magnitude + f32_slack(D, dp_magnitude);
+          }
+          // Forward: o = sum_j p v with p off by a factor within e^(+-2 max E_s).
+          const double forward_rho = std::exp(2 * max_es) - 1;
+          for (int64_t d = 0; d < D; ++d) {
+            double want = 0, bound = 0, magnitude = 0;
+            for (int64_t j = 0; j < S; ++j) {
+              want += p[size_t(j)] * kv(v, b, j, g, d);
+              bound += term_error(p[size_t(j)], p[size_t(j)] * forward_rho, kv(v, b, j, g, d));
+              magnitude += std::abs(p[size_t(j)] * kv(v, b, j, g, d));
+            }
+            const size_t at = size_t(((b * S + i) * H + h) * D + d);
+            check(o16[at], o[at], bound + f32_slack(S, magnitude));
+          }
+          if (max_es > 0)
+            check(lse16[size_t((b * H + h) * S + i)], row_lse, 2 * max_es + f32_slack(S, std::abs(row_lse)));
+          // Backward: p off by a factor within e^(+-E_s); dS = p (dP - row_dot).
+          for (int64_t d = 0; d < D; ++d) {
+            double bound = 0, magnitude = 0;
+            for (int64_t j = 0; j < S; ++j) {
+              if (p[size_t(j)] == 0) continue;
+              const double rho = std::exp(es[size_t(j)]) - 1, ds = p[size_t(j)] * (dp[size_t(j)] - row_dot);
+              const double eds =
+                  p[size_t(j)] * (rho * std::abs(dp[size_t(j)] - row_dot) + (1 + rho) * edp[size_t(j)]);
+              bound += kScale * term_error(ds, eds, kv(k, b, j, g, d));
+              magnitude += kScale * std::abs(ds * kv(k, b, j, g, d));
+              const size_t at = size_t(((b * S + j) * KV + g) * D + d);
+              bound_dk[at] += kScale * term_error(ds, eds, qv(b, i, h, d));
+              magnitude_dk[at] += kScale * std::abs(ds * qv(b, i, h, d));
+              bound_dv[at] += term_error(p[size_t(j)], p[size_t(j)] * rho, dov(b, i, h, d));
+              magnitude_dv[at] += std::abs(p[size_t(j)] * dov(b, i, h, d));
+            }
+            const size_t at = size_t(((b * S + i) * H + h) * D + d);
+            check(dq16[at], dq[at], bound + f32_slack(S, magnitude) + 1e-30);
+          }
+        }
+      }
+    }
+    for (size_t at = 0; at < k.size(); ++at) {
+      check(dk16[at], dk[at], bound_dk[at] + f32_slack(H / KV * S, magnitude_dk[at]) + 1e-30);
+      check(dv16[at], dv[at], bound_dv[at] + f32_slack(H / KV * S, magnitude_dv[at]) + 1e-30);
+    }
+    EXPECT_LE(worst, 1.0);
+    EXPECT_NE(o16, o) << "the bf16 pass rounds";
+  }
+}
+
 struct PassResult {
   double loss = 0;
   std::vector<float> logits, grads;

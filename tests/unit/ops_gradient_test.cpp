@@ -254,12 +254,13 @@ TEST(OpsGradient, AttentionWithWindowsAndPadding) {
     Vec mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0};
     Vec o(qn), lse(2 * 4 * 7), dq(qn), dk(kn), dv(kn);
     auto loss = [&] {
-      ops().attention_forward(q.data(), k.data(), v.data(), mask.data(), shape, 0.4f, o.data(), lse.data());
+      ops().attention_forward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), shape, 0.4f,
+                              o.data(), lse.data());
       return dot(o, r);
     };
     loss();
-    ops().attention_backward(q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), r.data(), shape,
-                             0.4f, dq.data(), dk.data(), dv.data());
+    ops().attention_backward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(),
+                             r.data(), shape, 0.4f, dq.data(), dk.data(), dv.data());
     SCOPED_TRACE(testing::Message() << "window " << window);
     expect_gradient("q", q, dq, loss);
     expect_gradient("k", k, dk, loss);
@@ -274,7 +275,8 @@ TEST(OpsGradient, AttentionMatchesTheDefinition) {
   Vec q = random_vec(S * H * D, 1), k = random_vec(S * KV * D, 2), v = random_vec(S * KV * D, 3);
   Vec mask = {1, 1, 1, 0, 0, 1};  // position 4 sees keys 3 and 4: both padded
   Vec o(S * H * D), lse(H * S);
-  ops().attention_forward(q.data(), k.data(), v.data(), mask.data(), shape, 0.5f, o.data(), lse.data());
+  ops().attention_forward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), shape, 0.5f, o.data(),
+                          lse.data());
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t i = 0; i < S; ++i) {
       std::vector<double> weights(S, 0.0);

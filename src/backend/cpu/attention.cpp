@@ -1,6 +1,8 @@
 // Causal GQA softmax attention with sliding windows and key padding, forward and backward, in blocks of
 // queries so memory stays O(block x seq) and the masked upper triangle is never computed. The backward
-// pass recomputes the probabilities from the saved log-sum-exp (as flash attention does).
+// pass recomputes the probabilities from the saved log-sum-exp (as flash attention does). In bf16 the
+// products read bf16 operands (q, k, v and the output gradient rounded once per call, probabilities and
+// score gradients once per block) and sum in f32; masking, softmax and log-sum-exp stay f32.
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vec_math.h"
 
@@ -24,10 +27,17 @@ struct KeyRange {
 
 // A per-thread buffer that keeps its capacity, so steady-state steps allocate nothing.
 float* thread_scratch(size_t floats, int slot) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[6];
   std::vector<float>& buffer = buffers[slot];
   if (buffer.size() < floats) buffer.resize(floats);
   return buffer.data();
+}
+
+// dst[r * ld_dst + c] = src[r * ld_src + c] for r < rows, c < n. The products write dense blocks (a strided
+// output, too, keeps oneDNN off AMX), copied to the [tokens, heads, D] tensors here.
+void copy_block(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst, int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * ld_dst, src + r * ld_src, size_t(n) * sizeof(float));
 }
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -60,24 +70,114 @@ void probabilities_from_lse(float* scores, int64_t i0, int64_t i1, int64_t k0, c
   }
 }
 
+// A product operand: its first element, its row stride, and whether it is stored transposed.
+struct MatrixView {
+  Operand data;
+  int64_t ld;
+  Trans trans;
+};
+
+// q, k, v or the output gradient ([batch, seq, heads, D] f32) as product operands: the positions [s, s + n)
+// of one head as [n, D] (rows) or [D, n] (columns). In f32 they read the tensor in place. In bf16 they read
+// a copy rounded once per call, head-major [batch, heads, seq, D], so that each block is dense: oneDNN runs
+// its AMX kernels on dense operands only (strided ones fall to a path 3-10x slower at these sizes).
+class HeadOperand {
+ public:
+  HeadOperand(Precision precision, const float* x, const AttentionShape& shape, int64_t heads,
+              AlignedBuffer& buffer, MemoryResource& memory)
+      : x_(x), seq_(shape.seq), heads_(heads), dim_(shape.head_dim) {
+    if (precision == Precision::F32) return;
+    const size_t bytes = size_t(shape.batch * seq_ * heads_ * dim_) * sizeof(BFloat16);
+    if (buffer.size() < bytes) buffer = AlignedBuffer(bytes, memory);
+    copy_ = buffer.as<BFloat16>();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      for (int64_t s = 0; s < seq_; ++s) {
+        for (int64_t h = 0; h < heads_; ++h) round_to_bf16(in_place(b, s, h), dim_, at(b, s, h));
+      }
+    }
+  }
+
+  MatrixView rows(int64_t b, int64_t s, int64_t h) const {
+    return view(b, s, h, Trans::No);
+  }
+  MatrixView columns(int64_t b, int64_t s, int64_t h) const {
+    return view(b, s, h, Trans::Yes);
+  }
+
+ private:
+  const float* in_place(int64_t b, int64_t s, int64_t h) const {
+    return x_ + ((b * seq_ + s) * heads_ + h) * dim_;
+  }
+  BFloat16* at(int64_t b, int64_t s, int64_t h) const {
+    return copy_ + ((b * heads_ + h) * seq_ + s) * dim_;
+  }
+  MatrixView view(int64_t b, int64_t s, int64_t h, Trans trans) const {
+    if (!copy_) return {in_place(b, s, h), heads_ * dim_, trans};
+    return {at(b, s, h), dim_, trans};
+  }
+
+  const float* x_;
+  int64_t seq_, heads_, dim_;
+  BFloat16* copy_ = nullptr;
+};
+
+// A block of probabilities or score gradients [rows, width] as a left operand: the f32 values in place, or
+// (bf16) their rounding into a per-thread buffer.
+MatrixView block_operand(Precision precision, const float* x, int64_t rows, int64_t width, int slot) {
+  if (precision == Precision::F32) return {x, width, Trans::No};
+  thread_local std::vector<BFloat16> buffers[2];
+  std::vector<BFloat16>& buffer = buffers[slot];
+  if (buffer.size() < size_t(rows * width)) buffer.resize(size_t(rows * width));
+  round_to_bf16(x, rows * width, buffer.data());
+  return {buffer.data(), width, Trans::No};
+}
+
+// The transpose [width, rows] of a block_operand [rows, width]: the same f32 values read transposed, or
+// (bf16) a transposed copy in a per-thread buffer (a transposed left operand, too, keeps oneDNN off AMX).
+MatrixView transposed(const MatrixView& block, int64_t rows, int64_t width, int slot) {
+  if (block.data.type == DType::F32) return {block.data, block.ld, Trans::Yes};
+  thread_local std::vector<BFloat16> buffers[2];
+  std::vector<BFloat16>& buffer = buffers[slot];
+  if (buffer.size() < size_t(rows * width)) buffer.resize(size_t(rows * width));
+  const auto* src = static_cast<const BFloat16*>(block.data.data);
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < width; c0 += kTile) {
+      for (int64_t c = c0; c < std::min(width, c0 + kTile); ++c) {
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+          buffer[size_t(c * rows + r)] = src[r * width + c];
+      }
+    }
+  }
+  return {buffer.data(), rows, Trans::No};
+}
+
 }  // namespace
 
-void CpuOps::attention_forward(const float* q, const float* k, const float* v, const float* key_mask,
-                               const AttentionShape& shape, float scale, float* o, float* lse) {
+void CpuOps::attention_forward(Precision precision, const float* q, const float* k, const float* v,
+                               const float* key_mask, const AttentionShape& shape, float scale, float* o,
+                               float* lse) {
   const int64_t S = shape.seq, H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
   const int64_t groups = H / KV, blocks = (S + kQueryBlock - 1) / kQueryBlock;
   const KeyRange range{shape.window};
+  const HeadOperand q_in(precision, q, shape, H, attention_operands_[0], memory());
+  const HeadOperand k_in(precision, k, shape, KV, attention_operands_[1], memory());
+  const HeadOperand v_in(precision, v, shape, KV, attention_operands_[2], memory());
+  auto product = [&](int64_t m, int64_t n, int64_t depth, float alpha, const MatrixView& a,
+                     const MatrixView& b, float* c, int64_t ldc) {
+    gemm(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, 0.0f, c, ldc);
+  };
 
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t g = h / groups, i0 = blk * kQueryBlock, i1 = std::min(S, i0 + kQueryBlock);
-        const int64_t k0 = range.first(i0), width = i1 - k0;
+        const int64_t rows = i1 - i0, k0 = range.first(i0), width = i1 - k0;
         const float* mask = key_mask ? key_mask + b * S : nullptr;
         float* scores = thread_scratch(size_t(kQueryBlock * S), 0);
-        gemm(Trans::No, Trans::Yes, i1 - i0, width, D, scale, q + ((b * S + i0) * H + h) * D, H * D,
-             k + ((b * S + k0) * KV + g) * D, KV * D, 0.0f, scores, width);
+        product(rows, width, D, scale, q_in.rows(b, i0, h), k_in.columns(b, k0, g), scores, width);
         float* row_lse = lse + (b * H + h) * S;
         for (int64_t i = i0; i < i1; ++i) {
           float* row = scores + (i - i0) * width;
@@ -94,8 +194,10 @@ void CpuOps::attention_forward(const float* q, const float* k, const float* v, c
           for (int64_t c = 0; c < width; ++c) row[c] *= inv;
           row_lse[i] = max + std::log(sum);
         }
-        gemm(Trans::No, Trans::No, i1 - i0, D, width, 1.0f, scores, width, v + ((b * S + k0) * KV + g) * D,
-             KV * D, 0.0f, o + ((b * S + i0) * H + h) * D, H * D);
+        float* o_blk = thread_scratch(size_t(kQueryBlock * D), 1);
+        product(rows, D, width, 1.0f, block_operand(precision, scores, rows, width, 0), v_in.rows(b, k0, g),
+                o_blk, D);
+        copy_block(o_blk, D, rows, D, o + ((b * S + i0) * H + h) * D, H * D);
       }
     }
   }
@@ -103,42 +205,48 @@ void CpuOps::attention_forward(const float* q, const float* k, const float* v, c
 
 // With P the probabilities and dO the output gradient: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o
 // O)), dQ = scale dS K, dK = scale dS^T Q. One task per (sequence, KV head) owns that head's dK and dV.
-void CpuOps::attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
-                                const float* o, const float* lse, const float* dout,
+void CpuOps::attention_backward(Precision precision, const float* q, const float* k, const float* v,
+                                const float* key_mask, const float* o, const float* lse, const float* dout,
                                 const AttentionShape& shape, float scale, float* dq, float* dk, float* dv) {
   const int64_t S = shape.seq, H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
   const int64_t groups = H / KV, blocks = (S + kQueryBlock - 1) / kQueryBlock;
   const KeyRange range{shape.window};
+  const HeadOperand q_in(precision, q, shape, H, attention_operands_[0], memory());
+  const HeadOperand k_in(precision, k, shape, KV, attention_operands_[1], memory());
+  const HeadOperand v_in(precision, v, shape, KV, attention_operands_[2], memory());
+  const HeadOperand dout_in(precision, dout, shape, H, attention_operands_[3], memory());
+  auto product = [&](int64_t m, int64_t n, int64_t depth, float alpha, const MatrixView& a,
+                     const MatrixView& b, float beta, float* c, int64_t ldc) {
+    gemm(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, beta, c, ldc);
+  };
 
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t g = 0; g < KV; ++g) {
       const float* mask = key_mask ? key_mask + b * S : nullptr;
-      float* dk_g = dk + (b * S * KV + g) * D;
-      float* dv_g = dv + (b * S * KV + g) * D;
-      for (int64_t s = 0; s < S; ++s) {
-        std::memset(dk_g + s * KV * D, 0, size_t(D) * sizeof(float));
-        std::memset(dv_g + s * KV * D, 0, size_t(D) * sizeof(float));
-      }
       float* probs = thread_scratch(size_t(kQueryBlock * S), 0);
       float* dprobs = thread_scratch(size_t(kQueryBlock * S), 1);
       float* row_dot = thread_scratch(size_t(kQueryBlock), 2);
+      float* dq_blk = thread_scratch(size_t(kQueryBlock * D), 3);
+      // This head's dK and dV [S, D], dense; copied out at the end.
+      float* dk_g = thread_scratch(size_t(S * D), 4);
+      float* dv_g = thread_scratch(size_t(S * D), 5);
+      std::fill(dk_g, dk_g + S * D, 0.0f);
+      std::fill(dv_g, dv_g + S * D, 0.0f);
       for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
         const float* row_lse = lse + (b * H + h) * S;
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * kQueryBlock, i1 = std::min(S, i0 + kQueryBlock), rows = i1 - i0;
           const int64_t k0 = range.first(i0), width = i1 - k0;
-          const float* q_blk = q + ((b * S + i0) * H + h) * D;
-          const float* do_blk = dout + ((b * S + i0) * H + h) * D;
-          const float* o_blk = o + ((b * S + i0) * H + h) * D;
-          const float* k_blk = k + ((b * S + k0) * KV + g) * D;
-          const float* v_blk = v + ((b * S + k0) * KV + g) * D;
-          gemm(Trans::No, Trans::Yes, rows, width, D, scale, q_blk, H * D, k_blk, KV * D, 0.0f, probs, width);
+          const int64_t q_at = ((b * S + i0) * H + h) * D;
+          const float* do_blk = dout + q_at;
+          const float* o_blk = o + q_at;
+          product(rows, width, D, scale, q_in.rows(b, i0, h), k_in.columns(b, k0, g), 0.0f, probs, width);
           probabilities_from_lse(probs, i0, i1, k0, range, mask, row_lse);
-          gemm(Trans::No, Trans::Yes, rows, width, D, 1.0f, do_blk, H * D, v_blk, KV * D, 0.0f, dprobs,
-               width);
+          product(rows, width, D, 1.0f, dout_in.rows(b, i0, h), v_in.columns(b, k0, g), 0.0f, dprobs, width);
           for (int64_t r = 0; r < rows; ++r) {
             float dot = 0;
+#pragma omp simd reduction(+ : dot)
             for (int64_t i = 0; i < D; ++i) dot += do_blk[r * H * D + i] * o_blk[r * H * D + i];
             row_dot[r] = dot;
           }
@@ -148,14 +256,18 @@ void CpuOps::attention_backward(const float* q, const float* k, const float* v, 
 #pragma omp simd
             for (int64_t j = 0; j < width; ++j) ds[j] = p[j] * (ds[j] - row_dot[r]);
           }
-          gemm(Trans::No, Trans::No, rows, D, width, scale, dprobs, width, k_blk, KV * D, 0.0f,
-               dq + ((b * S + i0) * H + h) * D, H * D);
-          gemm(Trans::Yes, Trans::No, width, D, rows, scale, dprobs, width, q_blk, H * D, 1.0f,
-               dk_g + k0 * KV * D, KV * D);
-          gemm(Trans::Yes, Trans::No, width, D, rows, 1.0f, probs, width, do_blk, H * D, 1.0f,
-               dv_g + k0 * KV * D, KV * D);
+          const MatrixView ds_in = block_operand(precision, dprobs, rows, width, 0);
+          product(rows, D, width, scale, ds_in, k_in.rows(b, k0, g), 0.0f, dq_blk, D);
+          copy_block(dq_blk, D, rows, D, dq + q_at, H * D);
+          product(width, D, rows, scale, transposed(ds_in, rows, width, 0), q_in.rows(b, i0, h), 1.0f,
+                  dk_g + k0 * D, D);
+          product(width, D, rows, 1.0f,
+                  transposed(block_operand(precision, probs, rows, width, 1), rows, width, 1),
+                  dout_in.rows(b, i0, h), 1.0f, dv_g + k0 * D, D);
         }
       }
+      copy_block(dk_g, D, S, D, dk + (b * S * KV + g) * D, KV * D);
+      copy_block(dv_g, D, S, D, dv + (b * S * KV + g) * D, KV * D);
     }
   }
 }

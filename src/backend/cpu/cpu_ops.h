@@ -2,6 +2,7 @@
 // The CPU backend: Ops implemented with oneDNN's sgemm and OpenMP loops. Each group of ops lives in its
 // own source file (gemm, elementwise, cca, attention, routing, loss); this header is their common class.
 
+#include <array>
 #include <vector>
 
 #include "backend/ops.h"
@@ -72,11 +73,12 @@ class CpuOps final : public Ops {
                        int64_t head_dim, const float* temp, float* dx, float* dtemp) override;
   void rope(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             const float* cos, const float* sin, bool inverse) override;
-  void attention_forward(const float* q, const float* k, const float* v, const float* key_mask,
-                         const AttentionShape& shape, float scale, float* o, float* lse) override;
-  void attention_backward(const float* q, const float* k, const float* v, const float* key_mask,
-                          const float* o, const float* lse, const float* dout, const AttentionShape& shape,
-                          float scale, float* dq, float* dk, float* dv) override;
+  void attention_forward(Precision precision, const float* q, const float* k, const float* v,
+                         const float* key_mask, const AttentionShape& shape, float scale, float* o,
+                         float* lse) override;
+  void attention_backward(Precision precision, const float* q, const float* k, const float* v,
+                          const float* key_mask, const float* o, const float* lse, const float* dout,
+                          const AttentionShape& shape, float scale, float* dq, float* dk, float* dv) override;
 
   void attention_decode(const float* q, const float* keys, const float* values, int64_t length,
                         const AttentionShape& shape, float scale, float* out) override;
@@ -123,6 +125,8 @@ class CpuOps final : public Ops {
                      const float coefficients[3], void* scratch);
   // Newton-Schulz's working memory, one buffer per thread (a batch runs one matrix per thread).
   std::vector<AlignedBuffer> newton_schulz_scratch_;
+  // The bf16 copies of q, k, v and the output gradient that attention's products read.
+  std::array<AlignedBuffer, 4> attention_operands_;
 };
 
 // Sums over rows into acc[n] in a fixed order per column, in parallel over blocks of columns, so the result
