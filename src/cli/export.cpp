@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "model/model_io.h"
@@ -17,15 +18,19 @@ namespace {
 
 struct ExportArgs {
   std::string checkpoint, out, dtype = "float32";
+  bool force = false;
 };
 
 void run_export(const ExportArgs& args) {
   namespace fs = std::filesystem;
   std::string source = args.checkpoint;
   if (fs::is_directory(fs::path(source) / "checkpoints")) {
-    source = find_checkpoint(source);
-    if (source.empty()) throw Error("the run has no intact checkpoint").file(args.checkpoint);
+    const CheckpointChoice choice = choose_checkpoint(source);
+    if (choice.path.empty()) throw Error("the run has no intact checkpoint").file(args.checkpoint);
+    std::printf("exporting %s: %s\n", choice.path.c_str(), choice.reason.c_str());
+    source = choice.path;
   }
+  guard_output(args.out, "--out", {args.checkpoint, source}, args.force);
   verify_checkpoint(source);
   const LoadedModel model = load_model(source);
   save_model(model.config, *model.params, args.out, {args.dtype});
@@ -45,6 +50,7 @@ void add_export_command(CLI::App& app) {
                    "a checkpoint directory, or a run directory (its newest)")
       ->required();
   command->add_option("--out", args->out, "the model directory to write")->required();
+  command->add_flag("--force", args->force, "write --out even over a model or checkpoint");
   command->add_option("--dtype", args->dtype, "weight dtype")->check(CLI::IsMember({"float32", "bfloat16"}));
   command->callback([args] { run_export(*args); });
 }

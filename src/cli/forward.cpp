@@ -8,6 +8,7 @@
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/model_io.h"
@@ -20,6 +21,7 @@ struct ForwardArgs {
   std::string model, input, output;
   std::string precision = "fp32";  // the exact numbers by default: this command is for inspection
   bool grads = false;
+  bool force = false;
 };
 
 // input_ids or attention_mask as int32, from I32 or I64 [batch, seq].
@@ -52,6 +54,7 @@ std::vector<int32_t> read_ids(const SafetensorsFile& file, const SafetensorsEntr
 }
 
 void run_forward(const ForwardArgs& args) {
+  guard_output(args.output, "--output", {args.model, args.input}, args.force);
   LoadedModel loaded = load_model(args.model);
   const SafetensorsFile input(args.input);
   const SafetensorsEntry* ids_entry = input.find("input_ids");
@@ -107,6 +110,7 @@ void add_forward_command(CLI::App& app) {
       ->add_option("--input", args->input, "safetensors with input_ids [B,S] and optionally attention_mask")
       ->required();
   command->add_option("--output", args->output, "safetensors to write")->required();
+  command->add_flag("--force", args->force, "write --output even over an input, a model or a checkpoint");
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");
   command->add_option("--precision", args->precision, "of the products: fp32 (default), bf16, or auto")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));

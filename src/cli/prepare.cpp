@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "data/prepare.h"
 #include "train/metrics.h"
 
@@ -30,7 +31,11 @@ void show_progress(const PrepareProgress& p, bool terminal, double& last_line) {
   }
 }
 
-void run_prepare(const PrepareOptions& options) {
+void run_prepare(const PrepareOptions& options, bool force) {
+  std::vector<std::string> inputs = options.inputs;
+  inputs.push_back(options.tokenizer);
+  for (const char* suffix : {"_train.bin", "_train.idx", "_val.bin", "_val.idx"})
+    guard_output(options.output + suffix, "--output", inputs, force);
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   double last_line = -1e9;
   const PrepareReport r =
@@ -50,6 +55,7 @@ void run_prepare(const PrepareOptions& options) {
 
 void add_prepare_command(CLI::App& app) {
   auto options = std::make_shared<PrepareOptions>();
+  auto force = std::make_shared<bool>(false);
   CLI::App* command = app.add_subcommand("prepare", "tokenize text into Megatron indexed datasets");
   command->add_option("--tokenizer", options->tokenizer, "tokenizer.json")->required();
   command
@@ -62,7 +68,8 @@ void add_prepare_command(CLI::App& app) {
   command->add_option("--eos-token", options->eos_token,
                       "the end-of-document token (default: the tokenizer's)");
   command->add_option("--seed", options->seed, "seed of the validation split");
-  command->callback([options] { run_prepare(*options); });
+  command->add_flag("--force", *force, "write the datasets even over an input or into a model");
+  command->callback([options, force] { run_prepare(*options, *force); });
 }
 
 }  // namespace zaya::cli

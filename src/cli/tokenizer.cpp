@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/bpe_trainer.h"
@@ -31,6 +32,7 @@ struct TrainArgs {
   std::vector<std::string> inputs;
   std::string output;
   BpeTrainOptions options;
+  bool force = false;
 };
 
 struct EncodeArgs {
@@ -80,6 +82,7 @@ std::vector<std::string> collect_files(const std::vector<std::string>& inputs) {
 
 void run_train(const TrainArgs& args) {
   const std::vector<std::string> files = collect_files(args.inputs);
+  guard_output(args.output, "--output", files, args.force);
   const auto start = std::chrono::steady_clock::now();
   const BpeTrainSummary summary = train_byte_level_bpe(files, args.options, args.output);
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -188,6 +191,7 @@ void add_tokenizer_command(CLI::App& app) {
                    "text files, or directories searched recursively for *.txt, *.rst, *.md and *.py")
       ->required();
   train_cmd->add_option("--output", train->output, "tokenizer.json to write")->required();
+  train_cmd->add_flag("--force", train->force, "write --output even over an input or into a model");
   train_cmd->add_option("--vocab-size", train->options.vocab_size, "special tokens + 256 bytes + merges")
       ->default_val(train->options.vocab_size);
   train_cmd->add_option("--special", train->options.special_tokens, "special tokens, ids 0.. in this order")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -102,14 +103,24 @@ std::vector<float> gather_experts(Communicator& group, int rank, int writer, con
   return all;
 }
 
+// N for a directory named step_<N> (digits only: not a temporary or set-aside one), else -1.
 int64_t step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
-  if (!name.starts_with("step_")) return -1;
-  try {
-    return std::stoll(name.substr(5));
-  } catch (const std::exception&) {
+  const std::string digits = name.starts_with("step_") ? name.substr(5) : "";
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
     return -1;
+  return std::stoll(digits);
+}
+
+// The run's step_<N> directories, newest first.
+std::vector<std::pair<int64_t, fs::path>> step_directories(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> all;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.is_directory() && step_of(entry.path()) >= 0)
+      all.emplace_back(step_of(entry.path()), entry.path());
   }
+  std::sort(all.rbegin(), all.rend());
+  return all;
 }
 
 }  // namespace
@@ -250,18 +261,22 @@ void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChe
 
   const std::string name = "step_" + std::to_string(step);
   const fs::path final_dir = root / name;
-  fs::remove_all(final_dir);
+  if (fs::exists(final_dir)) {
+    // Left by an earlier life of the run (resume chose an older checkpoint, so this one did not verify):
+    // set aside, not deleted.
+    const fs::path aside = root / cat(name, ".replaced-", std::time(nullptr));
+    fs::rename(final_dir, aside);
+    std::fprintf(stderr, "zaya: %s already existed; kept as %s\n", final_dir.c_str(), aside.c_str());
+  }
   fs::rename(temp, final_dir);
   sync_directory(root.string());
   write_file_atomic((root / kLatest).string(), name + "\n");
 
-  std::vector<std::pair<int64_t, fs::path>> all;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory() && step_of(entry.path()) >= 0)
-      all.emplace_back(step_of(entry.path()), entry.path());
+  // Rotation: the newest `keep` up to this step stay. Newer ones are not this run's to delete.
+  int kept = 0;
+  for (const auto& [other, path] : step_directories(root)) {
+    if (other <= step && ++kept > keep) fs::remove_all(path);
   }
-  std::sort(all.rbegin(), all.rend());
-  for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep) {
@@ -290,35 +305,66 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
     if (!want.is_string() || checksum_of(path) != want.get<std::string>())
       throw Error("checksum mismatch").file(path);
   }
+  // A step directory holds that step (not, say, a copy of another).
+  if (const int64_t step = step_of(dir); step >= 0) {
+    const std::string state_path = (dir / kStateFile).string();
+    int64_t holds = -1;
+    try {
+      holds = json::parse(read_text_file(state_path)).at("step").get<int64_t>();
+    } catch (const json::exception& e) {
+      throw Error(std::string("malformed: ") + e.what()).file(state_path);
+    }
+    if (holds != step) throw Error(cat("holds step ", holds, ", not ", step)).file(state_path);
+  }
 }
 
-std::string find_checkpoint(const std::string& run_dir) {
+CheckpointChoice choose_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  if (!fs::is_directory(root)) return "";
-  std::vector<std::pair<int64_t, fs::path>> candidates;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory() && step_of(entry.path()) >= 0)
-      candidates.emplace_back(step_of(entry.path()), entry.path());
-  }
-  std::sort(candidates.rbegin(), candidates.rend());
-  // `latest` names the newest complete write; a directory newer than it was never finished.
-  std::error_code ignored;
-  if (fs::exists(root / kLatest, ignored)) {
-    std::string latest = read_text_file((root / kLatest).string());
-    latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
-    const int64_t latest_step = step_of(root / latest);
-    std::erase_if(candidates, [&](const auto& c) { return c.first > latest_step; });
-  }
-  for (const auto& [step, path] : candidates) {
+  if (!fs::is_directory(root)) return {};
+  CheckpointChoice choice;
+  for (const auto& [step, path] : step_directories(root)) {
     try {
       verify_checkpoint(path.string());
-      return path.string();
+      choice.path = path.string();
+      break;
     } catch (const Error& e) {
       std::fprintf(stderr, "zaya: checkpoint %s is damaged (%s); trying the one before it\n", path.c_str(),
                    e.what());
     }
   }
-  return "";
+  if (choice.path.empty()) return choice;
+  // A directory is published by a rename once complete, then named in `latest`: `latest` can lag (a run
+  // stopped between the two) or be damaged, so it is only compared with what the checkpoints say.
+  const std::string chosen = fs::path(choice.path).filename().string();
+  const fs::path latest_path = root / kLatest;
+  std::error_code ignored;
+  std::string latest;
+  if (fs::exists(latest_path, ignored)) {
+    try {
+      latest = read_text_file(latest_path.string());
+      latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
+    } catch (const Error&) {
+      latest.clear();
+    }
+  }
+  if (latest == chosen) {
+    choice.reason = "the newest intact checkpoint, as checkpoints/latest says";
+  } else if (!fs::exists(latest_path, ignored)) {
+    choice.reason = "the newest intact checkpoint; checkpoints/latest is missing";
+  } else if (step_of(root / latest) < 0) {
+    choice.reason = "the newest intact checkpoint; checkpoints/latest names no checkpoint (damaged?)";
+  } else if (step_of(root / latest) < step_of(choice.path)) {
+    choice.reason = cat("the newest intact checkpoint; checkpoints/latest still names the older ", latest,
+                        " (a run stopped before updating it)");
+  } else {
+    choice.reason = cat("the newest intact checkpoint; checkpoints/latest names ", latest,
+                        ", which is missing or damaged");
+  }
+  return choice;
+}
+
+std::string find_checkpoint(const std::string& run_dir) {
+  return choose_checkpoint(run_dir).path;
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterStore& params,

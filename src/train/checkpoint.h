@@ -11,8 +11,10 @@
 //   trainer_state.json                                       step, tokens, stage, data position, counters
 //   checksums.json                                           CRC-32 of every file above
 // Every rank writes its own files into a temporary directory; once all have, rank 0 writes the checksums,
-// fsyncs, renames the directory into place, and only then names it in RUN/checkpoints/latest. A checkpoint
-// whose checksums fail is reported and the previous one is used. The optimizer state is found by name in
+// fsyncs, renames the directory into place, and only then names it in RUN/checkpoints/latest. Resume trusts
+// the checkpoints, not `latest`: the newest step directory whose checksums and step verify is used, damaged
+// ones are reported and skipped (never deleted), and rotation never deletes a checkpoint newer than the one
+// just written. The optimizer state is found by name in
 // whichever shard holds it, so a checkpoint loads at any rank count and any expert-parallel size.
 
 #include <cstdint>
@@ -68,17 +70,23 @@ using FileChecksums = std::vector<std::pair<std::string, std::string>>;  // file
 std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step);
 // Writes this rank's files into dir and returns their checksums.
 FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const std::string& dir);
-// Rank 0, once every rank's files are in temp_dir: checksums.json, fsync, rename to step_<N>, `latest`,
-// and the newest `keep` kept.
+// Rank 0, once every rank's files are in temp_dir: checksums.json, fsync, rename to step_<N> (an existing
+// step_<N>, left by an earlier life of the run, is set aside as step_<N>.replaced-<time>), `latest`, and of
+// the checkpoints up to step N the newest `keep` kept.
 void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChecksums& checksums,
                         const std::string& run_dir, int keep);
 // The three above for a single process: RUN/checkpoints/step_<N>, published.
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep);
 
-// The newest intact checkpoint of a run ("" when it has none). Damaged ones are reported on stderr and
-// skipped; never deleted.
-std::string find_checkpoint(const std::string& run_dir);
-// Verifies the checksums; throws Error naming the file that fails.
+// The newest intact checkpoint of a run, and why it was chosen (how `latest` compares); path "" when the run
+// has none. Damaged ones are reported on stderr and skipped; never deleted.
+struct CheckpointChoice {
+  std::string path, reason;
+};
+CheckpointChoice choose_checkpoint(const std::string& run_dir);
+std::string find_checkpoint(const std::string& run_dir);  // choose_checkpoint's path
+// Verifies the checksums, and that a step_<N> directory holds step N; throws Error naming the file that
+// fails.
 void verify_checkpoint(const std::string& checkpoint_dir);
 
 struct LoadedCheckpoint {

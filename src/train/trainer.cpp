@@ -249,7 +249,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   Ops& ops = cpu_ops();
   const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
   // Rank 0 chooses the checkpoint (and alone reports damaged ones); every rank reads it.
-  const std::string resume = comm.all_gather_strings(leader ? find_checkpoint(run_dir) : "")[0];
+  const CheckpointChoice choice = leader ? choose_checkpoint(run_dir) : CheckpointChoice{};
+  const std::string resume = comm.all_gather_strings(choice.path)[0];
   ZayaConfig model_config = resume.empty()
                                 ? resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
                                                        tokenizer.bos_id(), tokenizer.eos_id())
@@ -333,10 +334,11 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
 
   const ParameterTable whole_model(dims);  // what the counts are of, whatever experts this rank holds
   const ModelStats stats = model_stats(whole_model, dims, config.stages[size_t(plan.stage)].seq_len);
-  say(cat(resume.empty() ? "starting " : "resuming ", run_dir, resume.empty() ? "" : " from " + resume, ": ",
-          params.dims().layers, " layers, hidden ", params.dims().hidden, ", ", params.dims().experts,
-          " experts; ", stats.total, " parameters (", stats.active_non_embedding, " active non-embedding); ",
-          stages, " stage(s), ", total, " tokens",
+  say(cat(resume.empty() ? "starting " : "resuming ", run_dir,
+          resume.empty() ? "" : cat(" from ", resume, " (", choice.reason, ")"), ": ", params.dims().layers,
+          " layers, hidden ", params.dims().hidden, ", ", params.dims().experts, " experts; ", stats.total,
+          " parameters (", stats.active_non_embedding, " active non-embedding); ", stages, " stage(s), ",
+          total, " tokens",
           ranks > 1 ? cat("; ", ranks, " data-parallel ranks",
                           expert_group ? cat(", experts shared by groups of ", P, " (", local_experts,
                                              " of each layer's ", dims.experts, " per rank)")

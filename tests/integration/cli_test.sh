@@ -36,6 +36,18 @@ check "forward without input_ids" 1 "no input_ids" -- "$zaya" forward --model "$
   --input "$fixtures/io/python_written.safetensors" --output "$tmp/x.safetensors"
 check "forward with ids past the vocabulary" 1 "outside the vocabulary" -- "$zaya" forward --model "$fixtures/model/basic" \
   --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/x.safetensors"
+# Outputs never overwrite an input, a model or a checkpoint without --force.
+cp "$fixtures/model/odd/reference.safetensors" "$tmp/in.safetensors"
+cp "$tmp/tiny/model.safetensors" "$tmp/tiny.before"
+check "forward refuses to write over the model" 1 "would overwrite a model or checkpoint" -- "$zaya" forward \
+  --model "$tmp/tiny" --input "$tmp/in.safetensors" --output "$tmp/tiny/model.safetensors"
+cmp -s "$tmp/tiny/model.safetensors" "$tmp/tiny.before" && ok "the model is intact" || fail "the model was changed"
+check "forward refuses to write over its input" 1 "would overwrite this command's input" -- "$zaya" forward \
+  --model "$fixtures/model/odd" --input "$tmp/in.safetensors" --output "$tmp/./in.safetensors"
+check "forward over its input with --force" 0 "loss" -- "$zaya" forward --model "$fixtures/model/odd" \
+  --input "$tmp/in.safetensors" --output "$tmp/in.safetensors" --force
+check "tokenizer train refuses to write over an input" 1 "--force" -- "$zaya" tokenizer train \
+  --input "$tmp/in.safetensors" --output "$tmp/in.safetensors"
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
 report

@@ -2,7 +2,7 @@
 # `zaya train` end to end on the tiny config, as a user runs it: a tokenizer and datasets made from a slice
 # of the Python documentation, training that learns (loss well below the unigram entropy), kill -9 and
 # resume to byte-identical weights, kills during checkpoint writes, SIGTERM, NaN steps, config errors,
-# export and generation.
+# export (never over a model or its checkpoint; past a damaged `latest`) and generation.
 # Usage: train_test.sh ZAYA_BINARY CONFIGS_DIR
 set -u
 zaya=$1 configs=$2
@@ -63,7 +63,7 @@ for attempt in 1 2 3 4; do
   kill -9 $pid 2>/dev/null
   wait $pid 2>/dev/null
   if [ -f "$tmp/c/checkpoints/latest" ]; then
-    "$zaya" export --checkpoint "$tmp/c" --out "$tmp/c-export" > /dev/null 2>&1 && ok "kill $attempt: a loadable checkpoint" \
+    "$zaya" export --checkpoint "$tmp/c" --out "$tmp/c-export-$attempt" > /dev/null 2>&1 && ok "kill $attempt: a loadable checkpoint" \
       || fail "kill $attempt: no loadable checkpoint"
   fi
 done
@@ -97,6 +97,19 @@ out=$(train --run-dir "$tmp/g" --set optimizer.lr=-1 2>&1)
 # 7. Export and generation.
 "$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" > /dev/null 2>&1 && [ -f "$tmp/model/tokenizer.json" ] \
   && ok "export" || fail "export"
+out=$("$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" 2>&1)
+[ $? -eq 1 ] && grep -q "would overwrite a model" <<<"$out" && ok "export refuses to overwrite a model" \
+  || fail "export over a model: $out"
+step_dir=$(ls -d "$tmp"/a/checkpoints/step_* | sort -t_ -k2 -n | tail -1)
+out=$("$zaya" export --checkpoint "$step_dir" --out "$step_dir" 2>&1)
+[ $? -eq 1 ] && grep -q "would overwrite" <<<"$out" && ok "export refuses to write over its checkpoint" \
+  || fail "export over its checkpoint: $out"
+
+# 8. A damaged `latest` is not trusted: the newest intact checkpoint is used, and the reason given.
+echo garbage > "$tmp/a/checkpoints/latest"
+out=$("$zaya" export --checkpoint "$tmp/a" --out "$tmp/model-2" 2>&1)
+[ $? -eq 0 ] && grep -q "$(basename "$step_dir"): .*latest names no checkpoint" <<<"$out" \
+  && ok "a damaged latest: the newest checkpoint, and why" || fail "a damaged latest: $out"
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
 

@@ -163,9 +163,12 @@ TEST(Checkpoint, FallsBackPastDamageAndKeepsTheNewest) {
   EXPECT_THROW(verify_checkpoint(dir.file("checkpoints/step_40")), Error);
   EXPECT_EQ(fs::path(find_checkpoint(dir.path())).filename(), "step_30");
 
-  // A write that died half way (a temporary directory, or a step directory `latest` never named) is ignored.
+  // A write that died half way (a temporary directory) is ignored, and so is a step directory that holds
+  // another step (a copy), or one whose name only starts with digits.
   fs::create_directories(dir.file("checkpoints/.step_50.tmp.123"));
   fs::copy(dir.file("checkpoints/step_30"), dir.file("checkpoints/step_50"));
+  fs::copy(dir.file("checkpoints/step_30"), dir.file("checkpoints/step_60.replaced-1"));
+  EXPECT_THROW(verify_checkpoint(dir.file("checkpoints/step_50")), Error);
   EXPECT_EQ(fs::path(find_checkpoint(dir.path())).filename(), "step_30");
 
   fs::remove(dir.file("checkpoints/step_30/trainer_state.json"));
@@ -173,6 +176,62 @@ TEST(Checkpoint, FallsBackPastDamageAndKeepsTheNewest) {
   EXPECT_EQ(find_checkpoint(dir.path()), "");
   test::TempDir empty;
   EXPECT_EQ(find_checkpoint(empty.path()), "");
+}
+
+// `latest` is a hint: resume takes the newest checkpoint that verifies, whatever `latest` says, and says why.
+TEST(Checkpoint, ResumeTrustsTheCheckpointsNotLatest) {
+  test::TempDir dir;
+  RunState run(1);
+  for (int64_t step : {10, 20, 30})
+    write_checkpoint(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(step), ""),
+                     dir.path(), 5);
+  auto choice = [&] { return choose_checkpoint(dir.path()); };
+  EXPECT_EQ(fs::path(choice().path).filename(), "step_30");
+  EXPECT_NE(choice().reason.find("as checkpoints/latest says"), std::string::npos) << choice().reason;
+
+  const std::string latest = dir.file("checkpoints/latest");
+  for (const std::string damage : {"garbage\n", "", "step_\n", "../../etc\n"}) {
+    test::write_bytes(latest, damage);
+    EXPECT_EQ(fs::path(choice().path).filename(), "step_30") << "latest: '" << damage << "'";
+    EXPECT_NE(choice().reason.find("names no checkpoint"), std::string::npos) << choice().reason;
+  }
+  test::write_bytes(latest, "step_10\n");  // a run that stopped between publishing step 30 and naming it
+  EXPECT_EQ(fs::path(choice().path).filename(), "step_30");
+  EXPECT_NE(choice().reason.find("older step_10"), std::string::npos) << choice().reason;
+  test::write_bytes(latest, "step_90\n");
+  EXPECT_EQ(fs::path(choice().path).filename(), "step_30");
+  EXPECT_NE(choice().reason.find("missing or damaged"), std::string::npos) << choice().reason;
+  fs::remove(latest);
+  EXPECT_EQ(fs::path(choice().path).filename(), "step_30");
+  EXPECT_NE(choice().reason.find("missing"), std::string::npos) << choice().reason;
+}
+
+// A run that resumed from an older checkpoint (the newer ones did not verify) never deletes the newer ones:
+// rotation keeps the newest `keep` up to the step written, and a step directory in the way is set aside.
+TEST(Checkpoint, RotationNeverDeletesNewerCheckpoints) {
+  test::TempDir dir;
+  RunState run(1);
+  auto write = [&](int64_t step) {
+    write_checkpoint(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(step), ""),
+                     dir.path(), 2);
+  };
+  for (int64_t step : {10, 20, 30, 40}) write(step);
+  // step_40 damaged: resume goes to step_30 and training goes on from there.
+  test::write_bytes(dir.file("checkpoints/step_40/trainer_state.json"), "{}");
+  ASSERT_EQ(fs::path(find_checkpoint(dir.path())).filename(), "step_30");
+  write(33);
+  write(36);
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_40"))) << "newer than the step written";
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_36")));
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_33")));
+  EXPECT_FALSE(fs::exists(dir.file("checkpoints/step_30")));
+  // Reaching step 40 again: the damaged directory is kept under another name, the new one published.
+  write(40);
+  EXPECT_EQ(fs::path(find_checkpoint(dir.path())).filename(), "step_40");
+  int set_aside = 0;
+  for (const auto& entry : fs::directory_iterator(dir.file("checkpoints")))
+    set_aside += entry.path().filename().string().starts_with("step_40.replaced-");
+  EXPECT_EQ(set_aside, 1);
 }
 
 TEST(Checkpoint, BackgroundWriterPublishesOnceDoneAndReportsErrors) {
