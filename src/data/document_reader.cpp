@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_input.h"
 
 namespace zaya {
 namespace fs = std::filesystem;
@@ -222,12 +223,7 @@ class DocumentReader::FileReader {
 
   size_t parse_json_line(const std::string& line, const std::string& where, std::vector<DocumentPiece>& out) {
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) return 0;  // blank lines separate nothing
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("line ", line_number_, " is not valid JSON: ", e.what())).file(path_);
-    }
+    const nlohmann::json record = parse_json(line, path_, cat("line ", line_number_, ": "));
     if (!record.is_object()) throw Error(cat("line ", line_number_, " is not a JSON object")).file(path_);
     const auto field = record.find(options_.text_field);
     if (field == record.end()) {

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "core/error.h"
+#include "io/json_input.h"
 
 namespace zaya::tok {
 namespace {
@@ -51,6 +52,7 @@ class DocumentReader final : public nlohmann::json_sax<json> {
       return true;
     }
     if (capture_ != Capture::none) return fail_capture();
+    if (too_deep()) return false;
     stack_.push_back(add(json::object()));
     return true;
   }
@@ -92,6 +94,7 @@ class DocumentReader final : public nlohmann::json_sax<json> {
       return true;
     }
     if (capture_ != Capture::none) return fail_capture();
+    if (too_deep()) return false;
     stack_.push_back(add(json::array()));
     return true;
   }
@@ -118,6 +121,13 @@ class DocumentReader final : public nlohmann::json_sax<json> {
   }
 
  private:
+  // The values kept are copied and printed by recursive code: nesting is bounded as parse_json bounds it.
+  bool too_deep() {
+    if (int(stack_.size()) < kMaxJsonDepth) return false;
+    error_ = cat("JSON nested deeper than ", kMaxJsonDepth, " levels");
+    return true;
+  }
+
   enum class Capture { none, vocab_value, vocab, merges_value, merges, merge_pair };
 
   // Where the next value goes: the root, the end of the open array, or the member named last.

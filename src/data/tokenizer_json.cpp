@@ -39,10 +39,10 @@ void JsonField::expect(bool ok, const char* expected) const {
 
 JsonField JsonField::operator[](std::string_view key) const {
   const std::string child_path = path_.empty() ? std::string(key) : cat(path_, ".", key);
-  if (value_->is_null()) return JsonField(null_json(), child_path, *file_, depth_ + 1);
+  if (value_->is_null()) return JsonField(null_json(), child_path, *file_);
   expect(value_->is_object(), "an object");
   const auto it = value_->find(key);
-  return JsonField(it == value_->end() ? null_json() : *it, child_path, *file_, depth_ + 1);
+  return JsonField(it == value_->end() ? null_json() : *it, child_path, *file_);
 }
 
 size_t JsonField::size() const {
@@ -52,7 +52,7 @@ size_t JsonField::size() const {
 
 JsonField JsonField::at(size_t index) const {
   expect(value_->is_array(), "an array");
-  return JsonField((*value_)[index], cat(path_, "[", index, "]"), *file_, depth_ + 1);
+  return JsonField((*value_)[index], cat(path_, "[", index, "]"), *file_);
 }
 
 std::string JsonField::string() const {

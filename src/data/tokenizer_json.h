@@ -15,21 +15,13 @@
 
 namespace zaya::tok {
 
-// Deepest nesting of components (Sequence in Sequence ...) a tokenizer.json may use.
-inline constexpr int kMaxNesting = 64;
-
 class JsonField {
  public:
-  JsonField(const nlohmann::json& value, std::string path, const std::string& file, int depth = 0)
-      : value_(&value), path_(std::move(path)), file_(&file), depth_(depth) {}
+  JsonField(const nlohmann::json& value, std::string path, const std::string& file)
+      : value_(&value), path_(std::move(path)), file_(&file) {}
 
   const nlohmann::json& json() const { return *value_; }
   const std::string& path() const { return path_; }
-  // Fails when the value is nested more than `limit` levels deep (components nest through Sequence, and
-  // reading them recurses).
-  void check_depth(int limit) const {
-    if (depth_ > limit) fail("nested too deeply");
-  }
   bool is_null() const { return value_->is_null(); }
 
   // An object member; an absent member reads as null.
@@ -62,7 +54,6 @@ class JsonField {
   const nlohmann::json* value_;
   std::string path_;
   const std::string* file_;
-  int depth_;
 };
 
 // The steps of a "Sequence" component: each entry of the list `key`, read by `parse`; `what` names one step
@@ -70,7 +61,6 @@ class JsonField {
 template <class Component, class Parse>
 std::vector<std::unique_ptr<Component>> parse_steps(const JsonField& json, std::string_view key,
                                                     const char* what, Parse parse) {
-  json.check_depth(kMaxNesting);
   const JsonField list = json[key];
   std::vector<std::unique_ptr<Component>> steps;
   for (size_t i = 0; i < list.size(); ++i) {

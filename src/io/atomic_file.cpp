@@ -59,6 +59,14 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 std::string read_text_file(const std::string& path) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) throw Error("is a directory, expected a file").file(path);
+  if (std::filesystem::exists(path, ignored)) {
+    if (!std::filesystem::is_regular_file(path, ignored)) throw Error("is not a regular file").file(path);
+    if (const uintmax_t size = std::filesystem::file_size(path, ignored); size > kMaxTextFileBytes) {
+      throw Error(cat("is ", size, " bytes, more than the ", kMaxTextFileBytes >> 20,
+                      " MiB that zaya reads into memory whole"))
+          .file(path);
+    }
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(cat("cannot open: ", std::strerror(errno))).file(path);
   std::ostringstream contents;

@@ -4,6 +4,7 @@
 // never a half-written one.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,7 +28,10 @@ class AtomicFileWriter {
 };
 
 void write_file_atomic(const std::string& path, std::string_view contents);
-std::string read_text_file(const std::string& path);  // throws Error naming the file
+// A whole text file (a configuration, tokenizer, index or checkpoint file, a text to encode): a regular file
+// of at most kMaxTextFileBytes. Throws Error naming the file.
+inline constexpr uintmax_t kMaxTextFileBytes = uintmax_t(1) << 30;
+std::string read_text_file(const std::string& path);
 // fsync of a directory, so that a rename inside it is durable.
 void sync_directory(const std::string& dir);
 

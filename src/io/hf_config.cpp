@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 
 namespace zaya {
 namespace {
@@ -103,12 +104,7 @@ void ZayaConfig::fill_defaults() {
 }
 
 ZayaConfig parse_config(std::string_view json_text, const std::string& source) {
-  json object;
-  try {
-    object = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw Error(cat("not valid JSON: ", e.what())).file(source);
-  }
+  json object = parse_json(json_text, source);
   if (!object.is_object()) throw Error("expected a JSON object").file(source);
 
   ZayaConfig config;

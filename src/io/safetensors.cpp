@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 
 namespace zaya {
 namespace {
@@ -26,11 +27,14 @@ uint64_t read_u64_le(const unsigned char* bytes) {
 json parse_header_json(std::string_view header, const std::string& path) {
   std::set<std::string> seen;
   std::string duplicate;
+  bool too_deep = false;
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth == 1 && event == json::parse_event_t::key && !seen.insert(parsed.get<std::string>()).second) {
       duplicate = parsed.get<std::string>();
     }
-    return true;
+    // A header nests 3 deep; deeper values are dropped here (false) and the header rejected below.
+    if (depth >= kMaxJsonDepth) too_deep = true;
+    return !too_deep;
   };
   json parsed;
   try {
@@ -38,6 +42,7 @@ json parse_header_json(std::string_view header, const std::string& path) {
   } catch (const json::exception& e) {
     throw Error(cat("header is not valid JSON: ", e.what())).file(path);
   }
+  if (too_deep) throw Error(cat("header nests deeper than ", kMaxJsonDepth, " levels")).file(path);
   if (!duplicate.empty()) throw Error("tensor appears twice in the header").file(path).tensor(duplicate);
   if (!parsed.is_object()) throw Error("header is not a JSON object").file(path);
   return parsed;

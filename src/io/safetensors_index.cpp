@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 
 namespace zaya {
 namespace fs = std::filesystem;
@@ -34,12 +35,7 @@ WeightSet::WeightSet(const std::string& dir) {
   if (!fs::exists(index_path)) {
     throw Error(cat("no ", kSingleFile, " or ", kIndexFile, " in the model directory")).file(dir);
   }
-  json index;
-  try {
-    index = json::parse(read_text_file(index_path.string()));
-  } catch (const json::exception& e) {
-    throw Error(cat("not valid JSON: ", e.what())).file(index_path.string());
-  }
+  const json index = parse_json(read_text_file(index_path.string()), index_path.string());
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw Error("missing the 'weight_map' object").file(index_path.string()).field("weight_map");
   }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 #include "io/safetensors.h"
 #include "io/safetensors_index.h"
 #include "model/model_io.h"
@@ -289,12 +290,7 @@ void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run
 void verify_checkpoint(const std::string& checkpoint_dir) {
   const fs::path dir(checkpoint_dir);
   const std::string listing = (dir / kChecksumFile).string();
-  json checksums;
-  try {
-    checksums = json::parse(read_text_file(listing));
-  } catch (const json::exception& e) {
-    throw Error(std::string("not valid JSON: ") + e.what()).file(listing);
-  }
+  const json checksums = parse_json(read_text_file(listing), listing);
   for (const char* required : {"config.json", kStateFile}) {
     if (!checksums.contains(required)) throw Error(std::string("does not list ") + required).file(listing);
   }
@@ -310,7 +306,7 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
     const std::string state_path = (dir / kStateFile).string();
     int64_t holds = -1;
     try {
-      holds = json::parse(read_text_file(state_path)).at("step").get<int64_t>();
+      holds = parse_json(read_text_file(state_path), state_path).at("step").get<int64_t>();
     } catch (const json::exception& e) {
       throw Error(std::string("malformed: ") + e.what()).file(state_path);
     }
@@ -376,7 +372,8 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
 
   // The shards were written at some rank count; each tensor is looked up in all of them.
   std::vector<std::unique_ptr<SafetensorsFile>> shards;
-  for (const std::string& name : optimizer_files(json::parse(read_text_file((dir / kChecksumFile).string()))))
+  for (const std::string& name : optimizer_files(
+           parse_json(read_text_file((dir / kChecksumFile).string()), (dir / kChecksumFile).string())))
     shards.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
   // `count` floats from element `skip` on of the tensor `name`, which must be f32 of `size` elements; false
   // when no shard has it.
@@ -423,7 +420,7 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
 
   const std::string state_path = (dir / kStateFile).string();
   try {
-    const json s = json::parse(read_text_file(state_path));
+    const json s = parse_json(read_text_file(state_path), state_path);
     TrainerState& t = out.state;
     t.step = s.at("step").get<int64_t>();
     t.tokens = s.at("tokens").get<int64_t>();

@@ -48,6 +48,8 @@ check "forward over its input with --force" 0 "loss" -- "$zaya" forward --model 
   --input "$tmp/in.safetensors" --output "$tmp/in.safetensors" --force
 check "tokenizer train refuses to write over an input" 1 "--force" -- "$zaya" tokenizer train \
   --input "$tmp/in.safetensors" --output "$tmp/in.safetensors"
+python3 -c "print('{\"a\":' + '[' * 100000 + ']' * 100000 + '}')" > "$tmp/deep.json"
+check "a config.json nested 100000 deep" 1 "JSON nested deeper than 64 levels" -- "$zaya" info --config "$tmp/deep.json"
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
 report

@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"nofield.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n",
                                "line 2 has no \"text\" field"},
                       BadInput{"number.jsonl", "{\"text\": 5}\n", "is not a string"},
-                      BadInput{"broken.jsonl", "{\"text\": \"a\"\n", "line 1 is not valid JSON"},
+                      BadInput{"broken.jsonl", "{\"text\": \"a\"\n", "line 1: not valid JSON"},
                       BadInput{"array.jsonl", "[1]\n", "not a JSON object"},
                       BadInput{"blank.jsonl", "\n\n", "no documents"},
                       BadInput{"fake.txt.gz", "not gzip at all", "gzip"},
