@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels (default: all cores or OMP_NUM_THREADS)")
       ->check(CLI::NonNegativeNumber);
-  app.parse_complete_callback([&] { zaya::set_num_threads(threads); });
+  app.parse_complete_callback([&] { zaya::set_user_thread_count(threads, "--threads"); });
 
   zaya::cli::add_bench_command(app);
   zaya::cli::add_export_command(app);

@@ -1,19 +1,37 @@
 #include "core/buffer.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
+#include <string>
 #include <utility>
+
+#include "core/error.h"
 
 namespace zaya {
 
 namespace {
 
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+  return text;
+}
+
 class HostMemory final : public MemoryResource {
  public:
   void* allocate(size_t bytes) override {
-    void* data = std::aligned_alloc(kAlignment, align_up(bytes));
-    if (!data) throw std::bad_alloc();
+    // A block larger than the machine could only fail, or be granted by overcommit and then killed when
+    // touched: refuse it with both sizes. One that merely does not fit now says the same.
+    const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+    void* data = double(bytes) > physical ? nullptr : std::aligned_alloc(kAlignment, align_up(bytes));
+    if (!data) {
+      const double available = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+      throw Error(cat("out of memory: needs ", gib(double(bytes)), " in one block; this machine has ",
+                      gib(physical), " (", gib(available), " free)"));
+    }
     std::memset(data, 0, align_up(bytes));
     return data;
   }

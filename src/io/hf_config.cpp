@@ -189,6 +189,20 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
   };
   for (const auto& [name, value] : positive) {
     if (value <= 0) throw fail(name, cat("must be positive, got ", value));
+    if (value > kMaxDimension)
+      throw fail(name, cat(value, " is past the largest size zaya takes, ", kMaxDimension));
+  }
+  // Every size zaya derives from these (tensor elements, offsets, bytes) must fit an int64 with room to
+  // spare: bound the parameter count, counted in floating point so that the check itself cannot overflow.
+  const long double hidden = c.hidden_size,
+                    per_layer =
+                        hidden * c.head_dim * (2.0L * c.num_attention_heads + 2.0L * c.num_key_value_heads) +
+                        3.0L * c.num_experts * c.moe_intermediate_size * hidden +
+                        hidden * c.router_hidden_size + 2.0L * c.router_hidden_size * c.router_hidden_size;
+  const long double parameters = c.num_hidden_layers * per_layer + 2.0L * c.vocab_size * hidden;
+  if (parameters > kMaxParameters) {
+    throw fail("hidden_size", cat("these sizes make about ", double(parameters),
+                                  " parameters, past the most zaya takes (", double(kMaxParameters), ")"));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     throw fail("num_key_value_heads",
@@ -203,8 +217,11 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
   }
   if (c.hidden_act != "silu")
     throw fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
-  if (!(c.rms_norm_eps > 0)) throw fail("rms_norm_eps", "must be positive");
-  if (!(c.initializer_range >= 0)) throw fail("initializer_range", "must not be negative");
+  // JSON holds no NaN or infinity, but a configuration is also built from a run's TOML and from code.
+  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps)))
+    throw fail("rms_norm_eps", cat("must be positive and finite, got ", c.rms_norm_eps));
+  if (!(c.initializer_range >= 0 && std::isfinite(c.initializer_range)))
+    throw fail("initializer_range", cat("must be finite and not negative, got ", c.initializer_range));
   if (c.attention_dropout != 0)
     throw fail("attention_dropout", "attention dropout is not supported: must be 0");
   if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
@@ -227,7 +244,8 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
       throw fail(key + ".rope_type",
                  "not supported: \"" + rope->second.rope_type + "\" (only \"default\" is)");
     }
-    if (!(rope->second.rope_theta > 0)) throw fail(key + ".rope_theta", "must be positive");
+    if (!(rope->second.rope_theta > 0 && std::isfinite(rope->second.rope_theta)))
+      throw fail(key + ".rope_theta", cat("must be positive and finite, got ", rope->second.rope_theta));
     const double factor = rope->second.partial_rotary_factor;
     if (!(factor > 0 && factor <= 1)) throw fail(key + ".partial_rotary_factor", "must be in (0, 1]");
     if (int64_t(c.head_dim * factor) % 2 != 0) {

@@ -66,7 +66,11 @@ struct ZayaConfig {
 // Parses and validates; `source` names the file in errors. Throws Error naming the file and field.
 ZayaConfig parse_config(std::string_view json_text, const std::string& source);
 ZayaConfig load_config(const std::string& path);
-// Checks the combination of values (heads divisible by KV heads, layer_types length, ...).
+// Checks the combination of values (heads divisible by KV heads, layer_types length, ...), and that the
+// sizes are ones zaya can count: each at most kMaxDimension, the parameters at most kMaxParameters (2^48,
+// 30000 times ZAYA1's), so that no size derived from them overflows.
+inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
+inline constexpr long double kMaxParameters = 0x1p48L;
 void validate_config(const ZayaConfig& config, const std::string& source);
 std::string config_to_json(const ZayaConfig& config);
 void save_config(const ZayaConfig& config, const std::string& path);

@@ -7,11 +7,12 @@ namespace zaya {
 namespace {
 
 // The mean number of keys a query sees at each of seq positions: (seq + 1) / 2 when causal, less with a
-// window.
+// window. Position i sees min(i + 1, window) keys; the sum in closed form (a loop would take as long as seq).
 double mean_visible_keys(int64_t seq, int64_t window) {
-  double total = 0;
-  for (int64_t i = 0; i < seq; ++i) total += double(window > 0 ? std::min(i + 1, window) : i + 1);
-  return total / double(seq);
+  const double n = double(seq);
+  if (window <= 0 || window >= seq) return (n + 1) / 2;
+  const double w = double(window);
+  return (w * (w + 1) / 2 + (n - w) * w) / n;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "train/toml_reader.h"
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -28,21 +30,34 @@ bool TomlReader::has(const char* key) const {
 double TomlReader::number(const char* key, double fallback) {
   const toml::node* node = get(key);
   if (!node) return fallback;
-  if (node->is_floating_point()) return node->as_floating_point()->get();
   if (node->is_integer()) return double(node->as_integer()->get());
-  fail(key, "expected a number");
+  if (!node->is_floating_point()) fail(key, "expected a number");
+  return finite(key, node->as_floating_point()->get());
+}
+
+double TomlReader::finite(const char* key, double value) const {
+  // TOML has nan and inf; no setting of a run means either (a NaN learning rate trains on silently).
+  if (!std::isfinite(value)) fail(key, cat("expected a finite number, got ", value));
+  return value;
 }
 
 int64_t TomlReader::integer(const char* key, int64_t fallback) {
   const toml::node* node = get(key);
   if (!node) return fallback;
   if (node->is_integer()) return node->as_integer()->get();
-  // 1e9 reads as a float in TOML; accept it when it is a whole number.
+  // 1e9 reads as a float in TOML; accept it when it is a whole number that fits.
   if (node->is_floating_point()) {
     const double value = node->as_floating_point()->get();
-    if (value == double(int64_t(value))) return int64_t(value);
+    if (std::isfinite(value) && std::abs(value) < 0x1p63 && value == std::trunc(value)) return int64_t(value);
   }
   fail(key, "expected an integer");
+}
+
+int TomlReader::integer32(const char* key, int fallback) {
+  const int64_t value = integer(key, fallback);
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())
+    fail(key, cat(value, " is out of range (at most ", std::numeric_limits<int>::max(), ")"));
+  return int(value);
 }
 
 bool TomlReader::boolean(const char* key, bool fallback) {
@@ -66,7 +81,7 @@ std::vector<double> TomlReader::numbers(const char* key, const std::vector<doubl
   std::vector<double> out;
   for (const toml::node& item : *node->as_array()) {
     if (item.is_floating_point()) {
-      out.push_back(item.as_floating_point()->get());
+      out.push_back(finite(key, item.as_floating_point()->get()));
     } else if (item.is_integer()) {
       out.push_back(double(item.as_integer()->get()));
     } else {

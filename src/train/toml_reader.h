@@ -18,6 +18,7 @@ class TomlReader {
 
   double number(const char* key, double fallback);
   int64_t integer(const char* key, int64_t fallback);
+  int integer32(const char* key, int fallback);  // an integer that must fit an int (not cut to one)
   bool boolean(const char* key, bool fallback);
   std::string string(const char* key, const std::string& fallback);
   std::vector<double> numbers(const char* key, const std::vector<double>& fallback);
@@ -38,6 +39,7 @@ class TomlReader {
 
  private:
   const toml::node* get(const char* key);
+  double finite(const char* key, double value) const;
 
   const toml::table* table_;
   std::string path_;

@@ -38,7 +38,7 @@ void read_optimizer(TomlReader section, OptimizerConfig& out) {
   TomlReader muon = section.table("muon");
   out.muon.momentum = float(muon.number("momentum", out.muon.momentum));
   out.muon.nesterov = muon.boolean("nesterov", out.muon.nesterov);
-  out.muon.ns_steps = int(muon.integer("ns_steps", out.muon.ns_steps));
+  out.muon.ns_steps = muon.integer32("ns_steps", out.muon.ns_steps);
   const std::vector<double> coefficients =
       muon.numbers("ns_coefficients",
                    {out.muon.ns_coefficients[0], out.muon.ns_coefficients[1], out.muon.ns_coefficients[2]});
@@ -140,9 +140,9 @@ void read_batch(TomlReader section, BatchRampConfig& out) {
 
 void read_run(TomlReader section, RunSection& out) {
   out.seed = uint64_t(section.integer("seed", int64_t(out.seed)));
-  out.threads = int(section.integer("threads", out.threads));
+  out.threads = section.integer32("threads", out.threads);
   if (out.threads < 0) section.fail("threads", "must not be negative");
-  out.expert_parallel = int(section.integer("expert_parallel", out.expert_parallel));
+  out.expert_parallel = section.integer32("expert_parallel", out.expert_parallel);
   if (out.expert_parallel < 1) section.fail("expert_parallel", "must be at least 1");
   out.gradient_bucket_mb = section.number("gradient_bucket_mb", out.gradient_bucket_mb);
   if (!(out.gradient_bucket_mb >= 0 && out.gradient_bucket_mb <= 1e6))
@@ -208,7 +208,7 @@ void read_stages(std::vector<TomlReader> sections, std::vector<StageConfig>& out
 void read_checkpoint(TomlReader section, CheckpointSection& out) {
   out.every_steps = section.integer("every_steps", out.every_steps);
   out.every_minutes = section.number("every_minutes", out.every_minutes);
-  out.keep = int(section.integer("keep", out.keep));
+  out.keep = section.integer32("keep", out.keep);
   if (out.every_steps < 0) section.fail("every_steps", "must not be negative");
   if (out.every_minutes < 0) section.fail("every_minutes", "must not be negative");
   if (out.keep < 1) section.fail("keep", "must be at least 1");
@@ -242,7 +242,7 @@ void read_log(TomlReader section, LogSection& out) {
   out.every_steps = section.integer("every_steps", out.every_steps);
   out.console_seconds = section.number("console_seconds", out.console_seconds);
   out.tensorboard = section.boolean("tensorboard", out.tensorboard);
-  out.max_bad_steps = int(section.integer("max_bad_steps", out.max_bad_steps));
+  out.max_bad_steps = section.integer32("max_bad_steps", out.max_bad_steps);
   if (out.every_steps < 1) section.fail("every_steps", "must be at least 1");
   if (!(out.console_seconds > 0)) section.fail("console_seconds", "must be positive");
   if (out.max_bad_steps < 1) section.fail("max_bad_steps", "must be at least 1");

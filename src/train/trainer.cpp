@@ -234,7 +234,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   const int rank = comm.rank(), ranks = comm.size();
   const bool leader = rank == 0;
   if (config.run.threads > 0) {
-    set_num_threads(config.run.threads);
+    set_user_thread_count(config.run.threads, config.source + ": run.threads");
   } else if (comm.local_size() > 1) {
     set_num_threads(std::max(1, num_threads() / comm.local_size()));
   }

@@ -50,6 +50,9 @@ check "tokenizer train refuses to write over an input" 1 "--force" -- "$zaya" to
   --input "$tmp/in.safetensors" --output "$tmp/in.safetensors"
 python3 -c "print('{\"a\":' + '[' * 100000 + ']' * 100000 + '}')" > "$tmp/deep.json"
 check "a config.json nested 100000 deep" 1 "JSON nested deeper than 64 levels" -- "$zaya" info --config "$tmp/deep.json"
+check "--threads past the cores is clamped" 0 "more than the" -- "$zaya" --threads 1000000 info --preset tiny
+check "info at a sequence length of 4e18 (closed form, no loop)" 0 "4000000000000000000" -- \
+  timeout 10 "$zaya" info --preset tiny --seq 4000000000000000000
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
 report

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/arena.h"
+#include "core/error.h"
 
 namespace zaya {
 namespace {
@@ -70,6 +71,19 @@ TEST(Arena, GrowsPastItsFirstBlock) {
   void* big = arena.allocate(1 << 20);
   std::memset(big, 0, 1 << 20);
   EXPECT_GE(arena.capacity(), size_t(1) << 20);
+}
+
+// A block larger than the machine is an Error that says what was asked and what there is, before any
+// allocator is asked (overcommit could grant it and kill the process when it is touched).
+TEST(AlignedBuffer, ABlockLargerThanTheMachineIsAClearError) {
+  try {
+    AlignedBuffer huge(size_t(1) << 60);
+    FAIL() << "allocated an exabyte";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("needs 1073741824.0 GiB"), std::string::npos) << message;
+    EXPECT_NE(message.find("this machine has"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

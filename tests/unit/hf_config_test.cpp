@@ -122,11 +122,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"rope_parameters": {"hybrid": {"rope_type": "yarn", "rope_theta": 1}}})",
                   "rope_parameters.hybrid"},
         BadConfig{R"({"rope_parameters": {"hybrid_sliding": {"rope_theta": 1}}})", "rope_parameters"},
-        BadConfig{R"({"dtype": "int8"})", "dtype"}));
+        BadConfig{R"({"dtype": "int8"})", "dtype"},
+        // Sizes zaya cannot count.
+        BadConfig{R"({"hidden_size": 9223372036854775807})", "hidden_size"},
+        BadConfig{R"({"vocab_size": 18446744073709551615})", "vocab_size"},
+        BadConfig{R"({"hidden_size": 1073741824, "num_experts": 1048576})", "hidden_size"}));
 
 TEST(ZayaConfig, RejectsFilesThatAreNotConfigs) {
   EXPECT_THROW(parse_config("[1]", "x.json"), Error);
   EXPECT_THROW(parse_config("{", "x.json"), Error);
+  EXPECT_THROW(parse_config(R"({"rms_norm_eps": 1e999})", "x.json"), Error);  // no infinity from JSON
   EXPECT_THROW(load_config("/nonexistent/config.json"), Error);
 }
 

@@ -202,7 +202,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[run]\ngradient_bucket_mb = -1\n", "field 'run.gradient_bucket_mb': must be between 0"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 0 }\n", "weight must be positive"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 1 }\nwindow = 3\n",
-                "field 'stages[1].window': unknown key"}),
+                "field 'stages[1].window': unknown key"},
+        // TOML has nan and inf; no setting takes them. Integers are never cut to fit.
+        BadCase{"[optimizer]\nlr = nan\n", "field 'optimizer.lr': expected a finite number, got nan"},
+        BadCase{"[optimizer]\nweight_decay = inf\n", "field 'optimizer.weight_decay': expected a finite"},
+        BadCase{"[optimizer.muon]\nns_coefficients = [1, -inf, 2]\n", "expected a finite number"},
+        BadCase{"[checkpoint]\nkeep = 4294967297\n", "field 'checkpoint.keep': 4294967297 is out of range"},
+        BadCase{"[run]\nthreads = -4294967295\n", "field 'run.threads'"},
+        BadCase{"[checkpoint]\nevery_steps = 1e30\n", "field 'checkpoint.every_steps': expected an integer"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace
