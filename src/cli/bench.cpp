@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/rng.h"
+#include "core/thread_governor.h"
 #include "core/threads.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
@@ -57,6 +58,7 @@ void run_step_bench(const StepArgs& args) {
   const Precision precision = resolve_precision(args.precision, ops, "--precision");
   const double gemm_flops = measure_gemm_flops(ops, precision);
   ZayaModel zaya(*model.params, ops, precision);
+  ThreadGovernor governor;  // as in training: fewer threads while another process holds a core
   std::vector<double> seconds;
   for (int step = 0; step <= args.steps; ++step) {
     model.params->zero_grads();
@@ -64,6 +66,7 @@ void run_step_bench(const StepArgs& args) {
     zaya.forward_backward(batch, 1.0f / float(tokens));
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     if (step > 0) seconds.push_back(elapsed.count());  // step 0 sizes the arenas
+    governor.after_step();
   }
   const double step_seconds = median(seconds);
   const ModelStats stats = model_stats(model.params->table(), dims, args.seq);

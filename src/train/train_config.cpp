@@ -142,6 +142,7 @@ void read_run(TomlReader section, RunSection& out) {
   out.seed = uint64_t(section.integer("seed", int64_t(out.seed)));
   out.threads = section.integer32("threads", out.threads);
   if (out.threads < 0) section.fail("threads", "must not be negative");
+  out.adapt_threads = section.boolean("adapt_threads", out.adapt_threads);
   out.expert_parallel = section.integer32("expert_parallel", out.expert_parallel);
   if (out.expert_parallel < 1) section.fail("expert_parallel", "must be at least 1");
   out.gradient_bucket_mb = section.number("gradient_bucket_mb", out.gradient_bucket_mb);

@@ -18,6 +18,11 @@ namespace zaya {
 struct RunSection {
   uint64_t seed = 0;
   int threads = 0;  // 0: all cores (or OMP_NUM_THREADS), shared among the ranks on one machine
+  // Drop a thread while another process holds a core, and take it back once the core is free
+  // (ThreadGovernor): without it a step on a shared machine ran 2.3x slower than on one thread fewer. The
+  // bits of a bf16 step depend on the thread count, so a run compared bit for bit with another (a resume
+  // against an uninterrupted run) fixes it: false.
+  bool adapt_threads = true;
   // Ranks that share each layer's experts (consecutive ranks; must divide the rank count and the experts).
   int expert_parallel = 1;
   // Data parallel: the size of a gradient bucket, whose reduction over the ranks starts as soon as the

@@ -16,6 +16,7 @@
 #include "backend/precision_policy.h"
 #include "backend/throughput.h"
 #include "core/error.h"
+#include "core/thread_governor.h"
 #include "core/threads.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
@@ -398,6 +399,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   prefetch.request(plan.stage, plan.sequences);
   auto last_save = Clock::now();
   double smoothed_rate = 0;
+  std::unique_ptr<ThreadGovernor> governor;
+  if (config.run.adapt_threads) governor = std::make_unique<ThreadGovernor>();
   std::vector<int32_t> ids, labels;  // [this rank's sequences, seq_len], reused from step to step
   while (true) {
     BatchPrefetcher::Batch batch = prefetch.take();
@@ -434,6 +437,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
       model.weights_changed();
     }
 
+    if (governor) governor->after_step();
     ++state.step;
     state.tokens += step_tokens;
     state.stage_tokens += step_tokens;

@@ -23,7 +23,8 @@ entropy=$("$zaya" inspect "$tmp/docs_train" | sed -n 's/^unigram entropy: \([0-9
 
 set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=\"$tmp/docs_val\""
           --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}" --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}")
-train=("$zaya" --threads 2 train "$configs/tiny.toml" "${set_data[@]}")
+# A fixed thread count: runs here are compared bit for bit, and under ctest -j other tests take cores.
+train=("$zaya" --threads 2 train "$configs/tiny.toml" "${set_data[@]}" --set run.adapt_threads=false)
 train() { "${train[@]}" "$@"; }  # in the background use "${train[@]}" itself, so that $! is zaya's pid
 
 # 1. A whole run: it learns.

@@ -32,6 +32,8 @@ TEST(TrainConfig, EmptyMeansTheDocumentedDefaults) {
   EXPECT_EQ(c.balancing.mode, BalancingMode::Adam);
   EXPECT_EQ(c.balancing.skip, SkipPolicy::Free);
   EXPECT_FALSE(c.aux_loss.enabled());
+  EXPECT_TRUE(c.run.adapt_threads);
+  EXPECT_FALSE(parse_train_config(kMinimal + "[run]\nadapt_threads = false\n", "x.toml").run.adapt_threads);
 }
 
 TEST(TrainConfig, ReadsEverySection) {

@@ -40,14 +40,17 @@ struct Key {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t alpha_bits, beta_bits;
+  // oneDNN splits a product's work for the thread count at creation and runs that many threads: a count
+  // changed since (ThreadGovernor) needs its own primitive.
+  int threads;
   bool operator==(const Key&) const = default;
 };
 
 struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = size_t(key.trans_a) * 2 + size_t(key.trans_b);
-    for (int64_t v :
-         {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t(key.alpha_bits), int64_t(key.beta_bits)}) {
+    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t(key.alpha_bits),
+                      int64_t(key.beta_bits), int64_t(key.threads)}) {
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     }
     return h;
@@ -222,7 +225,8 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
                 ldb,
                 direct ? ldc : n,
                 std::bit_cast<uint32_t>(alpha),
-                std::bit_cast<uint32_t>(fused_beta)};
+                std::bit_cast<uint32_t>(fused_beta),
+                omp_in_parallel() ? 1 : omp_get_max_threads()};
   const Primitive& product = state_->primitive(key);
   float* out = c;
   if (!direct) {

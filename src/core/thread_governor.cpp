@@ -1,0 +1,73 @@
+#include "core/thread_governor.h"
+
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace zaya {
+
+namespace {
+
+constexpr double kWindowSeconds = 1.0;  // /proc/stat counts in ticks of 10 ms: a second holds 100 per core
+
+double seconds(const timeval& t) {
+  return double(t.tv_sec) + 1e-6 * double(t.tv_usec);
+}
+
+// CPU seconds the whole machine spent idle (all cores), from /proc/stat; 0 where it cannot be read.
+double machine_idle_seconds() {
+  std::FILE* stat = std::fopen("/proc/stat", "r");
+  if (!stat) return 0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0;
+  const int read = std::fscanf(stat, "cpu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait);
+  std::fclose(stat);
+  if (read < 4) return 0;
+  return double(idle + (read == 5 ? iowait : 0)) / double(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+ThreadGovernor::ThreadGovernor() : max_threads_(omp_get_max_threads()), threads_(max_threads_) {
+  since_ = read_clocks();
+}
+
+ThreadGovernor::Clocks ThreadGovernor::read_clocks() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return {wall, seconds(usage.ru_utime) + seconds(usage.ru_stime), machine_idle_seconds()};
+}
+
+int ThreadGovernor::decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu) {
+  if (wall <= 0) return threads;
+  const double share = process_cpu / wall, idle = idle_cpu / wall;  // in cores
+  // Short of its threads by half a core with (almost) nothing idle: another process holds a core.
+  if (threads > 1 && share < threads - 0.5 && idle < 0.25) return threads - 1;
+  // Most of a core idle: it is free again.
+  if (threads < max_threads && idle > 0.75) return threads + 1;
+  return threads;
+}
+
+int ThreadGovernor::after_step() {
+  const Clocks now = read_clocks();
+  const double wall = now.wall - since_.wall;
+  if (wall < kWindowSeconds) return threads_;
+  const int next = decide(threads_, max_threads_, wall, now.process_cpu - since_.process_cpu,
+                          now.idle_cpu - since_.idle_cpu);
+  if (next != threads_) {
+    std::fprintf(stderr, "zaya: %s: %d thread%s instead of %d\n",
+                 next < threads_ ? "another process holds a core" : "a core is free again", next,
+                 next == 1 ? "" : "s", threads_);
+    threads_ = next;
+    omp_set_num_threads(threads_);
+  }
+  since_ = now;
+  return threads_;
+}
+
+}  // namespace zaya

@@ -1,0 +1,35 @@
+#pragma once
+// Keeps a step from collapsing when other processes take cores. Every parallel region of a step waits for
+// its slowest thread; when a core is shared with another process, that thread runs at a fraction of its
+// speed and the others wait for it (spinning, as OpenMP does between the thousands of regions of a step),
+// so N threads ran 2.3x slower than N - 1 here. After each step the governor compares the CPU time the
+// process got with the wall time and the machine's idle time: getting less than its threads' worth while
+// no core is idle means another process holds one, and a thread is dropped; a core left idle lets one
+// back, up to the count it started with.
+
+namespace zaya {
+
+class ThreadGovernor {
+ public:
+  // Governs the OpenMP thread count, starting at (and never above) the current one.
+  ThreadGovernor();
+
+  // After a step: adjusts the thread count for the next one (decisions need about a second of steps, so
+  // short steps are pooled). Returns the count now in force.
+  int after_step();
+
+  // The decision alone, for `threads` over `wall` seconds in which the process used `process_cpu` CPU
+  // seconds and the machine left `idle_cpu` CPU seconds unused.
+  static int decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu);
+
+ private:
+  struct Clocks {
+    double wall = 0, process_cpu = 0, idle_cpu = 0;
+  };
+  static Clocks read_clocks();
+
+  int max_threads_, threads_;
+  Clocks since_;
+};
+
+}  // namespace zaya
