@@ -84,6 +84,12 @@ class ByteSource {
       if (got < 0) throw Error("corrupt gzip data").file(path_);
       // zlib passes non-gzip bytes through unchanged; a .gz name promises gzip.
       if (got > 0 && gzdirect(gz_)) throw Error("not gzip data").file(path_);
+      if (got == 0) {
+        // zlib ends a stream cut short as if it were complete, leaving Z_BUF_ERROR to say so.
+        int status = Z_OK;
+        gzerror(gz_, &status);
+        if (status == Z_BUF_ERROR) throw Error("truncated gzip data").file(path_);
+      }
       return size_t(got);
     }
     if (compression_ == Compression::None) {

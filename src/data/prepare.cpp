@@ -1,7 +1,9 @@
 #include "data/prepare.h"
 
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <new>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -15,6 +17,24 @@ namespace {
 // Text handed to the tokenizer threads at a time: large enough to keep both cores busy, small enough
 // that memory does not grow with the corpus.
 constexpr size_t kBatchBytes = size_t(8) << 20;
+
+// Lines are read whole (a document's pieces end at line ends), so a very long one needs memory many times
+// its size.
+Error out_of_memory(const std::string& where, size_t bytes) {
+  if (bytes == 0) return Error(cat(where, ": out of memory reading the text (a line is read whole)"));
+  return Error(cat(where, ": out of memory preparing ", bytes, " bytes of text (a line is read whole)"));
+}
+
+// Rethrows a piece's failure as an Error naming where the piece starts.
+[[noreturn]] void rethrow_naming(const std::exception_ptr& failure, const DocumentPiece& piece) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    throw Error(piece.where + ": " + e.message());
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory(piece.where, piece.text.size());
+  }
+}
 
 }  // namespace
 
@@ -53,40 +73,50 @@ PrepareReport prepare_dataset(const PrepareOptions& options,
   std::vector<std::vector<int32_t>> encoded;
   PrepareProgress status;
   status.total_bytes = reader.total_bytes();
-  while (true) {
-    pieces.clear();
-    if (!reader.next(pieces, kBatchBytes)) break;
-    encoded.assign(pieces.size(), {});
-    std::vector<std::string> failures(pieces.size());
+  size_t batch_bytes = 0;
+  try {
+    while (true) {
+      pieces.clear();
+      batch_bytes = 0;
+      if (!reader.next(pieces, kBatchBytes)) break;
+      for (const DocumentPiece& piece : pieces) batch_bytes += piece.text.size();
+      encoded.assign(pieces.size(), {});
+      // An exception must not leave the parallel region (that ends the process, leaving temporary files):
+      // each is kept and the first one, in input order, thrown after it.
+      std::vector<std::exception_ptr> failures(pieces.size());
 #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      try {
-        encoded[i] = tokenizer.encode(pieces[i].text);
-      } catch (const Error& e) {
-        failures[i] = pieces[i].where + ": " + e.message();
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        try {
+          encoded[i] = tokenizer.encode(pieces[i].text);
+        } catch (...) {
+          failures[i] = std::current_exception();
+        }
       }
-    }
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (!failures[i].empty()) throw Error(failures[i]);
-      if (pieces[i].first) {
-        current.clear();
-        document_to_val = val && split.uniform_double(uint64_t(document)) < options.val_fraction;
-        ++document;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (failures[i]) rethrow_naming(failures[i], pieces[i]);
+        if (pieces[i].first) {
+          current.clear();
+          document_to_val = val && split.uniform_double(uint64_t(document)) < options.val_fraction;
+          ++document;
+        }
+        current.insert(current.end(), encoded[i].begin(), encoded[i].end());
+        report.bytes += pieces[i].text.size();
+        if (!pieces[i].last) continue;
+        current.push_back(*eos);
+        (document_to_val ? *val : train).add_document(current.data(), int64_t(current.size()));
+        (document_to_val ? report.val_tokens : report.train_tokens) += int64_t(current.size());
+        ++(document_to_val ? report.val_documents : report.train_documents);
       }
-      current.insert(current.end(), encoded[i].begin(), encoded[i].end());
-      report.bytes += pieces[i].text.size();
-      if (!pieces[i].last) continue;
-      current.push_back(*eos);
-      (document_to_val ? *val : train).add_document(current.data(), int64_t(current.size()));
-      (document_to_val ? report.val_tokens : report.train_tokens) += int64_t(current.size());
-      ++(document_to_val ? report.val_documents : report.train_documents);
+      status.bytes_read = reader.bytes_read();
+      status.documents = report.train_documents + report.val_documents;
+      status.tokens = report.train_tokens + report.val_tokens;
+      status.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (progress) progress(status);
     }
-    status.bytes_read = reader.bytes_read();
-    status.documents = report.train_documents + report.val_documents;
-    status.tokens = report.train_tokens + report.val_tokens;
-    status.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (progress) progress(status);
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory(pieces.empty() ? options.inputs.front() : pieces.front().where, batch_bytes);
   }
+
   if (report.train_documents == 0)
     throw Error("every document went to validation; lower --val-fraction").field("--val-fraction");
   train.finish();

@@ -301,16 +301,28 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
     if (!want.is_string() || checksum_of(path) != want.get<std::string>())
       throw Error("checksum mismatch").file(path);
   }
-  // A step directory holds that step (not, say, a copy of another).
-  if (const int64_t step = step_of(dir); step >= 0) {
-    const std::string state_path = (dir / kStateFile).string();
-    int64_t holds = -1;
-    try {
-      holds = parse_json(read_text_file(state_path), state_path).at("step").get<int64_t>();
-    } catch (const json::exception& e) {
-      throw Error(std::string("malformed: ") + e.what()).file(state_path);
+  // The state is consistent: a step directory holds that step (not, say, a copy of another), and the data
+  // position adds up (the loader would otherwise seek for ever to a window past its data).
+  const std::string state_path = (dir / kStateFile).string();
+  try {
+    const json state = parse_json(read_text_file(state_path), state_path);
+    if (const int64_t step = step_of(dir); step >= 0 && state.at("step").get<int64_t>() != step)
+      throw Error(cat("holds step ", state.at("step").get<int64_t>(), ", not ", step)).file(state_path);
+    const int64_t samples = state.at("loader").at("samples").get<int64_t>();
+    int64_t drawn = 0;  // each entry in [0, samples], so that the sum cannot overflow
+    bool in_range = samples >= 0;
+    for (const int64_t n : state.at("loader").at("drawn").get<std::vector<int64_t>>()) {
+      in_range = in_range && n >= 0 && n <= samples;
+      if (in_range) drawn += n;
     }
-    if (holds != step) throw Error(cat("holds step ", holds, ", not ", step)).file(state_path);
+    if (!in_range || drawn != samples) {
+      throw Error(cat("the data position is inconsistent: ", samples, " samples drawn as ",
+                      state.at("loader").at("drawn").dump()))
+          .file(state_path)
+          .field("loader");
+    }
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed: ") + e.what()).file(state_path);
   }
 }
 

@@ -19,6 +19,14 @@ cp "$docs"/library/[a-f]*.rst.txt "$tmp/corpus/" 2>/dev/null || cp "$docs"/libra
   && ok "tokenizer train" || { fail "tokenizer train"; cat "$tmp/log"; exit 1; }
 "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/docs" --val-fraction 0.05 \
   > "$tmp/log" 2>&1 && ok "prepare" || { fail "prepare"; cat "$tmp/log"; exit 1; }
+# A 31 MB line under a 700 MB memory limit: a clear error naming the file, nothing half-written left (an
+# out-of-memory inside the tokenising threads used to end the process with the temporary files in place).
+mkdir -p "$tmp/long"
+yes "alpha beta gamma" | head -c 31000000 | tr -d '\n' > "$tmp/long/line.txt"
+out=$( (ulimit -v 700000; "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/long/line.txt" \
+  --output "$tmp/long/out") 2>&1)
+[ $? -eq 1 ] && grep -q "line.txt.*out of memory" <<<"$out" && [ "$(ls "$tmp/long")" = "line.txt" ] \
+  && ok "prepare out of memory: a clear error, nothing left behind" || fail "prepare out of memory: $out; $(ls "$tmp/long")"
 entropy=$("$zaya" inspect "$tmp/docs_train" | sed -n 's/^unigram entropy: \([0-9.]*\) nats.*/\1/p')
 
 set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=\"$tmp/docs_val\""

@@ -2,8 +2,10 @@
 // skipped in favour of the previous one, and the newest `keep` retained.
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -232,6 +234,39 @@ TEST(Checkpoint, RotationNeverDeletesNewerCheckpoints) {
   for (const auto& entry : fs::directory_iterator(dir.file("checkpoints")))
     set_aside += entry.path().filename().string().starts_with("step_40.replaced-");
   EXPECT_EQ(set_aside, 1);
+}
+
+// A trainer state whose data position does not add up (its checksums recomputed, as a tool that edited it
+// would) is damaged: resume would seek for ever to a window past the data. The one before is used.
+TEST(Checkpoint, AnInconsistentDataPositionIsDamage) {
+  test::TempDir dir;
+  RunState run(1);
+  for (int64_t step : {10, 20})
+    write_checkpoint(take_snapshot(run.config, run.params, run.optimizer, run.balancing, run.state(step), ""),
+                     dir.path(), 5);
+  const std::string state_path = dir.file("checkpoints/step_20/trainer_state.json");
+  std::string state = test::read_bytes(state_path);
+  const size_t at = state.find("\"samples\": 77");
+  ASSERT_NE(at, std::string::npos) << state;
+  state.replace(at, std::strlen("\"samples\": 77"), "\"samples\": 1000000000000000000");
+  test::write_bytes(state_path, state);
+  const std::string listing_path = dir.file("checkpoints/step_20/checksums.json");
+  std::string listing = test::read_bytes(listing_path);
+  const size_t entry = listing.find("\"trainer_state.json\": \"") + std::strlen("\"trainer_state.json\": \"");
+  char crc[16];
+  std::snprintf(
+      crc, sizeof crc, "%08lx",
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(state.data()), uInt(state.size())));
+  listing.replace(entry, 8, crc);
+  test::write_bytes(listing_path, listing);
+
+  try {
+    verify_checkpoint(dir.file("checkpoints/step_20"));
+    FAIL() << "accepted samples that the datasets drawn do not add up to";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data position is inconsistent"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fs::path(find_checkpoint(dir.path())).filename(), "step_10");
 }
 
 TEST(Checkpoint, BackgroundWriterPublishesOnceDoneAndReportsErrors) {

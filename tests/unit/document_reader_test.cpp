@@ -74,6 +74,25 @@ TEST(DocumentReader, CutsLargeTextIntoPiecesAtLineEnds) {
   EXPECT_EQ(joined, text);
 }
 
+// A compressed file cut short is an error, never read as if it were complete (a copy that stopped half way).
+TEST(DocumentReader, TruncatedCompressedFilesAreErrors) {
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "line " + std::to_string(i * 7919 % 100003) + "\n";
+  write_gzip(dir.file("cut.txt.gz"), text);
+  write_zstd(dir.file("cut.txt.zst"), text);
+  for (const char* name : {"cut.txt.gz", "cut.txt.zst"}) {
+    const std::string whole = test::read_bytes(dir.file(name));
+    test::write_bytes(dir.file(name), whole.substr(0, whole.size() / 2));
+    try {
+      read_all({dir.file(name)});
+      FAIL() << name << " cut in half was read as complete";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+    }
+  }
+}
+
 struct BadInput {
   const char* name;
   std::string content;
