@@ -181,7 +181,8 @@ toml::table parse_toml(std::string_view text, const std::string& source,
       if (child->is_array_of_tables()) {
         toml::array& array = *child->as_array();
         size_t index = 0;
-        const bool numeric = !next.empty() && next.find_first_not_of("0123456789") == std::string::npos;
+        const bool numeric = !next.empty() && next.size() <= 9 &&  // within stoul's range
+                             next.find_first_not_of("0123456789") == std::string::npos;
         if (!numeric || (index = std::stoul(next)) >= array.size()) {
           throw Error(cat("no element ", next, " in ", part)).field("--set " + path);
         }

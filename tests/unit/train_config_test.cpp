@@ -161,6 +161,8 @@ TEST(TrainConfig, OverridesApplyBeforeValidation) {
   EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"optimizer.lr=-1"}), Error);
   EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"optimizer.bogus=1"}), Error);
   EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"no_equals_sign"}), Error);
+  EXPECT_THROW(parse_train_config(kMinimal, "x.toml", {"stages.99999999999999999999999.seq_len=1"}), Error)
+      << "an index past stoul's range is an Error naming the key, not std::out_of_range";
   EXPECT_EQ(parse_train_config(kMinimal, "x.toml", {"stages.0.seq_len=128"}).stages[0].seq_len, 128);
 }
 
