@@ -189,8 +189,13 @@ void read_stages(std::vector<TomlReader> sections, std::vector<StageConfig>& out
     stage.seq_len = section.integer("seq_len", 0);
     stage.rope_theta = section.number("rope_theta", 0.0);
     stage.lr_multiplier = section.number("lr_multiplier", 1.0);
-    if (stage.tokens <= 0) section.fail("tokens", "must be positive");
-    if (stage.seq_len <= 0) section.fail("seq_len", "must be positive");
+    // Token counts are summed over stages and multiplied by small factors (schedules, rates): at most 2^56
+    // (a thousand times any run yet) keeps every such sum inside int64.
+    constexpr int64_t kMaxTokens = int64_t(1) << 56;
+    if (stage.tokens <= 0 || stage.tokens > kMaxTokens)
+      section.fail("tokens", cat("must be between 1 and ", kMaxTokens, ", got ", stage.tokens));
+    if (stage.seq_len <= 0 || stage.seq_len > (int64_t(1) << 31))
+      section.fail("seq_len", cat("must be between 1 and ", int64_t(1) << 31, ", got ", stage.seq_len));
     if (stage.rope_theta < 0) section.fail("rope_theta", "must be positive (or 0 to keep the model's)");
     if (stage.lr_multiplier < 0) section.fail("lr_multiplier", "must not be negative");
     TomlReader mixture = section.table("mixture");

@@ -213,7 +213,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[optimizer.muon]\nns_coefficients = [1, -inf, 2]\n", "expected a finite number"},
         BadCase{"[checkpoint]\nkeep = 4294967297\n", "field 'checkpoint.keep': 4294967297 is out of range"},
         BadCase{"[run]\nthreads = -4294967295\n", "field 'run.threads'"},
-        BadCase{"[checkpoint]\nevery_steps = 1e30\n", "field 'checkpoint.every_steps': expected an integer"}),
+        BadCase{"[checkpoint]\nevery_steps = 1e30\n", "field 'checkpoint.every_steps': expected an integer"},
+        BadCase{"[[stages]]\ntokens = 9223372036854775807\nseq_len = 8\nmixture = { \"d\" = 1 }\n",
+                "field 'stages[1].tokens': must be between 1 and"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace
