@@ -65,6 +65,10 @@ void CheckpointWriter::finish() {
     const json outcome = json::parse(outcomes[r]);
     const std::string error = outcome.at("error").get<std::string>();
     if (!error.empty()) {
+      // The unfinished write is removed (a full disk gets its space back); published checkpoints are not
+      // touched.
+      std::error_code ignored;
+      if (comm_.rank() == 0) fs::remove_all(temp_dir_, ignored);
       throw Error(cat("checkpoint at step ", step_, ": writing failed",
                       outcomes.size() > 1 ? cat(" on rank ", r) : std::string(), ": ", error));
     }

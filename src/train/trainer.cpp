@@ -239,7 +239,11 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   } else if (comm.local_size() > 1) {
     set_num_threads(std::max(1, num_threads() / comm.local_size()));
   }
-  fs::create_directories(run_dir);
+  try {
+    fs::create_directories(run_dir);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(cat("cannot create the run directory: ", e.code().message())).file(run_dir);
+  }
   std::unique_ptr<RunLock> lock;
   if (leader) {
     lock = std::make_unique<RunLock>(run_dir);

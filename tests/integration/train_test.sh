@@ -119,6 +119,34 @@ echo garbage > "$tmp/a/checkpoints/latest"
 out=$("$zaya" export --checkpoint "$tmp/a" --out "$tmp/model-2" 2>&1)
 [ $? -eq 0 ] && grep -q "$(basename "$step_dir"): .*latest names no checkpoint" <<<"$out" \
   && ok "a damaged latest: the newest checkpoint, and why" || fail "a damaged latest: $out"
+# 9. A full disk (a 4 MB tmpfs: two checkpoints fit, the third does not) and a read-only run directory:
+# a clear error, the published checkpoints intact and loadable, nothing unfinished left behind.
+mkdir -p "$tmp/disk"
+if mount -t tmpfs -o size=4m tmpfs "$tmp/disk" 2>/dev/null; then
+  trap 'umount "$tmp/disk" 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+  out=$(train --run-dir "$tmp/disk/run" "${short[@]}" --set checkpoint.every_steps=5 2>&1)
+  code=$?
+  loadable=0
+  for dir in "$tmp"/disk/run/checkpoints/step_*; do
+    "$zaya" export --checkpoint "$dir" --out "$tmp/disk-export-$(basename "$dir")" > /dev/null 2>&1 && loadable=$((loadable + 1))
+  done
+  [ $code -eq 1 ] && grep -q "No space left on device" <<<"$out" && [ $loadable -ge 1 ] \
+    && [ -z "$(ls -A "$tmp/disk/run/checkpoints" | grep tmp)" ] \
+    && ok "a full disk: a clear error, $loadable checkpoints intact, no unfinished write left" \
+    || fail "a full disk: exit $code, $loadable loadable: $(tail -1 <<<"$out"); $(ls -A "$tmp/disk/run/checkpoints")"
+  out=$("$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/disk/docs" 2>&1)
+  [ $? -eq 1 ] && grep -q "No space left on device" <<<"$out" && [ -z "$(ls "$tmp/disk" | grep docs)" ] \
+    && ok "prepare on a full disk: a clear error, no output left" || fail "prepare on a full disk: $out"
+  umount "$tmp/disk"
+  mount -t tmpfs -o size=4m,ro tmpfs "$tmp/disk"
+  out=$(train --run-dir "$tmp/disk/run" 2>&1)
+  [ $? -eq 1 ] && grep -q "disk/run: cannot create the run directory: Read-only file system" <<<"$out" \
+    && ok "a read-only run directory: a one-line error" || fail "a read-only run directory: $out"
+  umount "$tmp/disk"
+else
+  echo "skipped: a full disk and a read-only run directory (cannot mount a tmpfs here: not root?)"
+fi
+
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
 
