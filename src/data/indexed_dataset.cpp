@@ -209,6 +209,10 @@ void IndexedDatasetWriter::finish() {
     std::memcpy(p + kHeaderBytes + sequences * 12 + d * 8, &start, 8);
   }
 
+  // A dataset being replaced loses its index first: a process killed between the two renames leaves a
+  // .bin without a .idx (refused on load), never the new tokens under the old index.
+  std::error_code ignored;
+  std::filesystem::remove(prefix_ + ".idx", ignored);
   bin_.commit();
   write_file_atomic(prefix_ + ".idx", {reinterpret_cast<const char*>(index.data()), index.size()});
 }
