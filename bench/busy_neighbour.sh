@@ -8,7 +8,7 @@ zaya=${1:-build/src/zaya} preset=${2:-small} batch=${3:-16} seq=${4:-512} steps=
 threads=${6:-$(nproc)}
 rate() {
   "$zaya" --threads "$1" bench step --preset "$preset" --batch "$batch" --seq "$seq" --steps "$steps" --json \
-    | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["tokens_per_second"]))'
+    | sed -n 's/.*"tokens_per_second":\([0-9.e+]*\).*/\1/p' | xargs printf '%.0f\n'
 }
 alone=$(rate "$threads")
 fewer=$(rate $((threads - 1)))

@@ -48,7 +48,8 @@ check "forward over its input with --force" 0 "loss" -- "$zaya" forward --model 
   --input "$tmp/in.safetensors" --output "$tmp/in.safetensors" --force
 check "tokenizer train refuses to write over an input" 1 "--force" -- "$zaya" tokenizer train \
   --input "$tmp/in.safetensors" --output "$tmp/in.safetensors"
-python3 -c "print('{\"a\":' + '[' * 100000 + ']' * 100000 + '}')" > "$tmp/deep.json"
+{ printf '{"a":'; head -c 100000 /dev/zero | tr '\0' '['; head -c 100000 /dev/zero | tr '\0' ']'; printf '}'; } \
+  > "$tmp/deep.json"
 check "a config.json nested 100000 deep" 1 "JSON nested deeper than 64 levels" -- "$zaya" info --config "$tmp/deep.json"
 check "--threads past the cores is clamped" 0 "more than the" -- "$zaya" --threads 1000000 info --preset tiny
 check "info at a sequence length of 4e18 (closed form, no loop)" 0 "4000000000000000000" -- \
