@@ -6,11 +6,12 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
 step        = @echo "== zaya: $(1)"
 
-.PHONY: all deps build build-asan test test-fast demo format clean reference-fixtures
+.PHONY: all deps build build-asan build-fuzz test test-fast fuzz fuzz-smoke demo format clean reference-fixtures
 
 all: build
 
@@ -30,6 +31,15 @@ build: deps $(BUILD)/build.ninja
 	$(call step,building the release build ($(BUILD)/; only what is out of date))
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The libFuzzer targets (fuzz/): a clang build of the parsers with coverage, ASan and UBSan.
+$(FUZZ_BUILD)/build.ninja: | deps
+	$(call step,configuring the fuzz targets in $(FUZZ_BUILD)/ (clang))
+	cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DZAYA_FUZZ=ON
+
+build-fuzz: deps $(FUZZ_BUILD)/build.ninja
+	$(call step,building the fuzz targets ($(FUZZ_BUILD)/; only what is out of date))
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	$(call step,building the unit tests under ASan + UBSan ($(ASAN_BUILD)/; only what is out of date))
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target zaya_unit_tests
@@ -41,6 +51,17 @@ test: build build-asan
 	$(call step,testing the unit tests again under ASan + UBSan)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS) -L unit
+	$(MAKE) --no-print-directory fuzz-smoke
+
+# Every fuzz target a fixed 2000 executions from its seed corpus (part of make test), or 10 million each
+# (FUZZ_RUNS=N to change; hours on two cores).
+fuzz-smoke: build-fuzz
+	$(call step,fuzzing each parser 2000 executions from its seed corpus under ASan + UBSan)
+	@scripts/fuzz.sh smoke $(FUZZ_BUILD)
+
+fuzz: build-fuzz
+	$(call step,fuzzing each parser $${FUZZ_RUNS:-10000000} executions under ASan + UBSan)
+	@scripts/fuzz.sh long $(FUZZ_BUILD)
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -59,4 +80,4 @@ reference-fixtures:
 		tools/reference/.venv/bin/python tools/reference/$$script.py || exit 1; done
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev  # the libFuzzer targets (fuzz/): clang and its fuzzer runtime
   zlib1g-dev libzstd-dev
   libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers

@@ -78,7 +78,9 @@ void SafetensorsFile::parse_header(std::string_view header, size_t data_size) {
       }
       continue;
     }
-    auto fail = [&](const std::string& message) { return Error(message).file(file).tensor(name); };
+    auto fail = [&, &name = name](const std::string& message) {
+      return Error(message).file(file).tensor(name);
+    };
     if (!value.is_object()) throw fail("entry is not an object");
     for (const auto& [key, unused] : value.items()) {
       if (key != "dtype" && key != "shape" && key != "data_offsets") throw fail("unknown key '" + key + "'");

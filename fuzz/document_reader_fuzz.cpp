@@ -1,0 +1,25 @@
+// A corpus file as zaya prepare reads it: the first byte picks the layout (text or JSON lines, plain, gzip
+// or zstd), the rest is the file.
+#include <vector>
+
+#include "core/error.h"
+#include "data/document_reader.h"
+#include "fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  static const char* const kNames[] = {"doc.txt", "doc.jsonl", "doc.txt.gz", "doc.jsonl.gz", "doc.txt.zst",
+                                       "doc.jsonl.zst"};
+  const std::string path =
+      zaya::fuzz::write_scratch(kNames[data[0] % 6], {reinterpret_cast<const char*>(data) + 1, size - 1});
+  try {
+    zaya::DocumentReaderOptions options;
+    options.piece_bytes = 64;  // small pieces: the cutting logic runs on short inputs too
+    zaya::DocumentReader reader({path}, options);
+    std::vector<zaya::DocumentPiece> pieces;
+    while (reader.next(pieces, 256)) {
+    }
+  } catch (const zaya::Error&) {
+  }
+  return 0;
+}
