@@ -8,8 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static const char* const kNames[] = {"doc.txt", "doc.jsonl", "doc.txt.gz", "doc.jsonl.gz", "doc.txt.zst",
-                                       "doc.jsonl.zst"};
+  static const char* const kNames[] = {"doc.txt",      "doc.jsonl",   "doc.txt.gz",
+                                       "doc.jsonl.gz", "doc.txt.zst", "doc.jsonl.zst"};
   const std::string path =
       zaya::fuzz::write_scratch(kNames[data[0] % 6], {reinterpret_cast<const char*>(data) + 1, size - 1});
   try {

@@ -7,7 +7,8 @@
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = zaya::fuzz::write_scratch("model.safetensors", {reinterpret_cast<const char*>(data), size});
+  const std::string path =
+      zaya::fuzz::write_scratch("model.safetensors", {reinterpret_cast<const char*>(data), size});
   try {
     const zaya::SafetensorsFile file(path);
     std::vector<char> copy;
