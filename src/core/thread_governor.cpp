@@ -1,12 +1,14 @@
 #include "core/thread_governor.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 namespace zaya {
 
@@ -18,15 +20,27 @@ double seconds(const timeval& t) {
   return double(t.tv_sec) + 1e-6 * double(t.tv_usec);
 }
 
-// CPU seconds the whole machine spent idle (all cores), from /proc/stat; 0 where it cannot be read.
-double machine_idle_seconds() {
+// CPU seconds the cores this process may run on (its affinity) spent idle, from /proc/stat; 0 where it
+// cannot be read. Cores outside the affinity do not count: idle there is no help.
+double idle_seconds_of_our_cores() {
+  cpu_set_t ours;
+  CPU_ZERO(&ours);
+  const bool pinned = sched_getaffinity(0, sizeof ours, &ours) == 0;
   std::FILE* stat = std::fopen("/proc/stat", "r");
   if (!stat) return 0;
-  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0;
-  const int read = std::fscanf(stat, "cpu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait);
+  unsigned long long idle_ticks = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, stat)) {
+    // Per-core lines only ("cpu3 ..."; not the "cpu ..." total or the lines after).
+    if (std::strncmp(line, "cpu", 3) != 0 || !std::isdigit(static_cast<unsigned char>(line[3]))) continue;
+    int cpu = -1;
+    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0;
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle, &iowait) < 5)
+      continue;
+    if (!pinned || (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &ours))) idle_ticks += idle + iowait;
+  }
   std::fclose(stat);
-  if (read < 4) return 0;
-  return double(idle + (read == 5 ? iowait : 0)) / double(sysconf(_SC_CLK_TCK));
+  return double(idle_ticks) / double(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace
@@ -40,7 +54,7 @@ ThreadGovernor::Clocks ThreadGovernor::read_clocks() {
   getrusage(RUSAGE_SELF, &usage);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  return {wall, seconds(usage.ru_utime) + seconds(usage.ru_stime), machine_idle_seconds()};
+  return {wall, seconds(usage.ru_utime) + seconds(usage.ru_stime), idle_seconds_of_our_cores()};
 }
 
 int ThreadGovernor::decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu) {

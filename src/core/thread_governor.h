@@ -3,9 +3,9 @@
 // its slowest thread; when a core is shared with another process, that thread runs at a fraction of its
 // speed and the others wait for it (spinning, as OpenMP does between the thousands of regions of a step),
 // so N threads ran 2.3x slower than N - 1 here. After each step the governor compares the CPU time the
-// process got with the wall time and the machine's idle time: getting less than its threads' worth while
-// no core is idle means another process holds one, and a thread is dropped; a core left idle lets one
-// back, up to the count it started with.
+// process got with the wall time and the idle time of the cores it may run on: getting less than its
+// threads' worth while none of them is idle means another process holds one, and a thread is dropped; a
+// core left idle lets one back, up to the count it started with.
 
 namespace zaya {
 
@@ -19,7 +19,7 @@ class ThreadGovernor {
   int after_step();
 
   // The decision alone, for `threads` over `wall` seconds in which the process used `process_cpu` CPU
-  // seconds and the machine left `idle_cpu` CPU seconds unused.
+  // seconds and its cores left `idle_cpu` CPU seconds unused.
   static int decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu);
 
  private:
