@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A training step on a machine where another process holds a core: `zaya bench step` tokens/s alone on N
-# threads, alone on N - 1, and on N with one busy-loop process beside it (the thread governor drops to N - 1
+# threads and on N - 1, then both again beside one busy-loop process (the thread governor drops N to N - 1
 # while the neighbour runs). Medians of STEPS steps; run on an otherwise quiet machine.
 # Usage: bench/busy_neighbour.sh [ZAYA] [PRESET] [BATCH] [SEQ] [STEPS] [THREADS]
 set -eu
@@ -16,6 +16,7 @@ fewer=$(rate $((threads - 1)))
 busy=$!
 trap 'kill $busy 2>/dev/null' EXIT
 loaded=$(rate "$threads")
+loaded_fewer=$(rate $((threads - 1)))
 kill $busy
-printf '%s, batch %s x %s, tokens/s: %s threads alone %s; %s threads alone %s; %s threads beside a busy process %s\n' \
-  "$preset" "$batch" "$seq" "$threads" "$alone" $((threads - 1)) "$fewer" "$threads" "$loaded"
+printf '%s, batch %s x %s, tokens/s alone: %s threads %s, %s threads %s; beside a busy process: %s threads %s, %s threads %s\n' \
+  "$preset" "$batch" "$seq" "$threads" "$alone" $((threads - 1)) "$fewer" "$threads" "$loaded" $((threads - 1)) "$loaded_fewer"
