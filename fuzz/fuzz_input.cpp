@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
@@ -24,6 +25,7 @@ const std::string& scratch_dir() {
 
 std::string write_scratch(const std::string& name, std::string_view bytes) {
   const std::string path = scratch_dir() + "/" + name;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), std::streamsize(bytes.size()));
   return path;

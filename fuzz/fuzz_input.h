@@ -10,7 +10,8 @@
 
 namespace zaya::fuzz {
 
-// Writes bytes to NAME in this process's scratch directory and returns its path.
+// Writes bytes to NAME (a path relative to this process's scratch directory, its directories made) and
+// returns its path.
 std::string write_scratch(const std::string& name, std::string_view bytes);
 
 // The input split at the first occurrence of a separator line ("\n----\n"): the part before, the part after

@@ -8,7 +8,7 @@ set -uo pipefail
 mode=${1:?smoke or long} build=${2:?build directory}
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=$([ "$mode" = smoke ] && echo 2000 || echo "${FUZZ_RUNS:-10000000}")
-targets=(safetensors model_config tokenizer indexed_dataset train_config document_reader)
+targets=(safetensors model_directory model_config tokenizer indexed_dataset train_config document_reader)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$root/fuzz/findings"
@@ -17,7 +17,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$scratch/$target"
   log="$scratch/$target.log"
   start=$(date +%s)
-  "$root/$build/fuzz/${target}_fuzz" -runs="$runs" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+  "$root/$build/fuzz/${target}_fuzz" -runs="$runs" -max_len=16384 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix="$root/fuzz/findings/$target-" "$scratch/$target" "$root/fuzz/corpus/$target" > "$log" 2>&1
   code=$?
   done_line=$(grep -E '^#[0-9]+.*DONE' "$log" | tail -1)
