@@ -8,7 +8,8 @@ set -uo pipefail
 mode=${1:?smoke or long} build=${2:?build directory}
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=$([ "$mode" = smoke ] && echo 2000 || echo "${FUZZ_RUNS:-10000000}")
-targets=(safetensors model_directory model_config tokenizer indexed_dataset train_config document_reader)
+targets=(safetensors model_directory model_config tokenizer indexed_dataset train_config document_reader
+         checkpoint_catalog)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$root/fuzz/findings"

@@ -25,6 +25,7 @@
 #include "core/buffer.h"
 #include "data/loader.h"
 #include "io/hf_config.h"
+#include "train/checkpoint_catalog.h"
 
 namespace zaya {
 
@@ -64,30 +65,10 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
                                  const std::string& tokenizer_path, int rank = 0, int ranks = 1,
                                  Communicator* expert_group = nullptr);
 
-using FileChecksums = std::vector<std::pair<std::string, std::string>>;  // file name, CRC-32 in hex
-
-// Where the ranks write step N before it is published (the same path on every rank).
-std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step);
 // Writes this rank's files into dir and returns their checksums.
 FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const std::string& dir);
-// Rank 0, once every rank's files are in temp_dir: checksums.json, fsync, rename to step_<N> (an existing
-// step_<N>, left by an earlier life of the run, is set aside as step_<N>.replaced-<time>), `latest`, and of
-// the checkpoints up to step N the newest `keep` kept.
-void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChecksums& checksums,
-                        const std::string& run_dir, int keep);
-// The three above for a single process: RUN/checkpoints/step_<N>, published.
+// The two above and publish_checkpoint for a single process: RUN/checkpoints/step_<N>, published.
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep);
-
-// The newest intact checkpoint of a run, and why it was chosen (how `latest` compares); path "" when the run
-// has none. Damaged ones are reported on stderr and skipped; never deleted.
-struct CheckpointChoice {
-  std::string path, reason;
-};
-CheckpointChoice choose_checkpoint(const std::string& run_dir);
-std::string find_checkpoint(const std::string& run_dir);  // choose_checkpoint's path
-// Verifies the checksums, and that a step_<N> directory holds step N; throws Error naming the file that
-// fails.
-void verify_checkpoint(const std::string& checkpoint_dir);
 
 struct LoadedCheckpoint {
   ZayaConfig config;
