@@ -1,5 +1,6 @@
 #include "core/buffer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,8 +30,13 @@ class HostMemory final : public MemoryResource {
     void* data = double(bytes) > physical ? nullptr : std::aligned_alloc(kAlignment, align_up(bytes));
     if (!data) {
       const double available = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+      rlimit limit{};
+      const bool limited = getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
       throw Error(cat("out of memory: needs ", gib(double(bytes)), " in one block; this machine has ",
-                      gib(physical), " (", gib(available), " free)"));
+                      gib(physical), " (", gib(available), " free)",
+                      limited
+                          ? cat(", and this process may map ", gib(double(limit.rlim_cur)), " (ulimit -v)")
+                          : std::string()));
     }
     std::memset(data, 0, align_up(bytes));
     return data;

@@ -54,6 +54,10 @@ check "a config.json nested 100000 deep" 1 "JSON nested deeper than 64 levels" -
 check "--threads past the cores is clamped" 0 "more than the" -- "$zaya" --threads 1000000 info --preset tiny
 check "info at a sequence length of 4e18 (closed form, no loop)" 0 "4000000000000000000" -- \
   timeout 10 "$zaya" info --preset tiny --seq 4000000000000000000
+check "a model under ulimit -v 400 MB: an error, not a crash" 1 "may map 390 MiB (ulimit -v)" -- \
+  bash -c 'ulimit -v 400000; exec "$0" bench step --preset tiny --batch 1 --seq 16 --steps 1' "$zaya"
+check "init of a model larger than ulimit -v allows" 1 "this process may map" -- \
+  bash -c 'ulimit -v 700000; exec "$0" init --preset medium --out "$1"' "$zaya" "$tmp/medium"
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
 report

@@ -129,6 +129,10 @@ class CpuOps final : public Ops {
   std::array<AlignedBuffer, 4> attention_operands_;
 };
 
+// Throws Error when the address space this process may map (ulimit -v) is too small for the backend's
+// libraries to run without crashing.
+void require_address_space();
+
 // Sums over rows into acc[n] in a fixed order per column, in parallel over blocks of columns, so the result
 // is the same for every thread count. term(row, column) gives the value to add.
 template <class Term>

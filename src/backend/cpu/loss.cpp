@@ -42,7 +42,11 @@ void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t r
 }
 
 Ops& cpu_ops() {
-  static CpuOps ops;
+  static CpuOps& ops = [&]() -> CpuOps& {
+    require_address_space();
+    static CpuOps made;
+    return made;
+  }();
   return ops;
 }
 
