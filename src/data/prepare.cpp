@@ -25,14 +25,13 @@ Error out_of_memory(const std::string& where, size_t bytes) {
   return Error(cat(where, ": out of memory preparing ", bytes, " bytes of text (a line is read whole)"));
 }
 
-// Rethrows a piece's failure as an Error naming where the piece starts.
+// Rethrows a piece's failure, an Error naming where the piece starts (an out-of-memory goes on to the
+// batch's handler).
 [[noreturn]] void rethrow_naming(const std::exception_ptr& failure, const DocumentPiece& piece) {
   try {
     std::rethrow_exception(failure);
   } catch (const Error& e) {
     throw Error(piece.where + ": " + e.message());
-  } catch (const std::bad_alloc&) {
-    throw out_of_memory(piece.where, piece.text.size());
   }
 }
 
