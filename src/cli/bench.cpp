@@ -13,6 +13,8 @@
 #include "backend/throughput.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/validators.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_governor.h"
 #include "core/threads.h"
@@ -32,6 +34,15 @@ struct StepArgs {
   bool json = false;
 };
 
+// batch x seq, at most 2^31 tokens a step (more would not fit in memory, and its sizes overflow).
+int64_t step_tokens(int64_t batch, int64_t seq) {
+  constexpr int64_t kMost = int64_t(1) << 31;
+  if (batch > kMost / seq)
+    throw Error(cat("--batch ", batch, " x --seq ", seq, " is more than ", kMost, " tokens a step"))
+        .field("--batch");
+  return batch * seq;
+}
+
 double median(std::vector<double> values) {
   std::nth_element(values.begin(), values.begin() + long(values.size() / 2), values.end());
   return values[values.size() / 2];
@@ -47,7 +58,7 @@ void run_step_bench(const StepArgs& args) {
     init_parameters(*model.params, model.config.initializer_range, 0);
   }
   const ModelDims& dims = model.params->dims();
-  const int64_t tokens = args.batch * args.seq;
+  const int64_t tokens = step_tokens(args.batch, args.seq);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   const RandomStream rng(0, RngPurpose::Test, 0);
   for (int64_t t = 0; t < tokens; ++t) ids[size_t(t)] = int32_t(rng.bits(uint64_t(t)) % uint32_t(dims.vocab));
@@ -117,7 +128,7 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, 0);
   const ModelDims& dims = params.dims();
-  const int64_t tokens = args.batch * args.seq;
+  const int64_t tokens = step_tokens(args.batch, args.seq);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   const RandomStream rng(0, RngPurpose::Test, 0);
   for (int64_t t = 0; t < tokens; ++t) ids[size_t(t)] = int32_t(rng.bits(uint64_t(t)) % uint32_t(dims.vocab));
@@ -166,9 +177,9 @@ void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<StepArgs>();
   CLI::App* step = bench->add_subcommand("step", "forward+backward tokens/s and MFU of a model");
   args->source.add_options(*step, true, true);
-  step->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber);
-  step->add_option("--seq", args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(CLI::PositiveNumber);
+  step->add_option("--batch", args->batch, "sequences per step")->check(positive());
+  step->add_option("--seq", args->seq, "tokens per sequence")->check(positive());
+  step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(positive());
   step->add_option("--precision", args->precision,
                    "of the products: auto (bf16 where the CPU has it), fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
@@ -180,11 +191,10 @@ void add_bench_command(CLI::App& app) {
       bench->add_subcommand("optimizer", "the optimizer step's time against forward+backward");
   opt_args->source.add_options(*optimizer, true, true);
   optimizer->add_option("--layers", opt_args->layers, "keep only the first N layers (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  optimizer->add_option("--batch", opt_args->batch, "sequences per step")->check(CLI::PositiveNumber);
-  optimizer->add_option("--seq", opt_args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  optimizer->add_option("--steps", opt_args->steps, "timed steps (after one warm-up)")
-      ->check(CLI::PositiveNumber);
+      ->check(non_negative());
+  optimizer->add_option("--batch", opt_args->batch, "sequences per step")->check(positive());
+  optimizer->add_option("--seq", opt_args->seq, "tokens per sequence")->check(positive());
+  optimizer->add_option("--steps", opt_args->steps, "timed steps (after one warm-up)")->check(positive());
   optimizer->add_option("--precision", opt_args->precision, "of the products: auto, fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });

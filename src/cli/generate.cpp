@@ -8,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generator.h"
@@ -38,8 +39,15 @@ void run_generate(const GenerateArgs& args) {
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;
   size_t printed = 0;
+  const std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
+  const int64_t context = loaded.config.max_position_embeddings;
+  if (options.max_new_tokens > context - int64_t(prompt.size())) {
+    throw Error(cat("the prompt's ", prompt.size(), " tokens and ", options.max_new_tokens,
+                    " new ones are more than the model's context of ", context, " (max_position_embeddings)"))
+        .field("--max-new-tokens");
+  }
   std::printf("%s", args.prompt.c_str());
-  generate(model, tokenizer.encode(args.prompt), options, [&](int32_t id) {
+  generate(model, prompt, options, [&](int32_t id) {
     if (options.stop_token && id == *options.stop_token) return;
     // Decode everything so far and print what is new: a character may take several tokens.
     produced.push_back(id);
@@ -62,9 +70,8 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--prompt", args->prompt, "the text to continue")->required();
   command->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model directory's)");
   command->add_option("--max-new-tokens", args->sampling.max_new_tokens, "tokens to generate")
-      ->check(CLI::NonNegativeNumber);
-  command->add_option("--temperature", args->sampling.temperature, "0: greedy")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
+  command->add_option("--temperature", args->sampling.temperature, "0: greedy")->check(non_negative());
   command->add_option("--top-p", args->sampling.top_p, "nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
   command->add_option("--seed", args->sampling.seed, "random seed");
   command->callback([args] { run_generate(*args); });

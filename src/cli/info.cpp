@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "model/model_stats.h"
 #include "train/train_config.h"
@@ -85,8 +86,7 @@ void add_info_command(CLI::App& app) {
   CLI::Option* train_config =
       command->add_option("--train-config", args->train_config, "a run's TOML file: its model and stages");
   args->source.add_options(*command, true, true, train_config);
-  command->add_option("--seq", args->seq, "sequence length for the attention FLOPs")
-      ->check(CLI::PositiveNumber);
+  command->add_option("--seq", args->seq, "sequence length for the attention FLOPs")->check(positive());
   command->callback([args] { run_info(*args); });
 }
 

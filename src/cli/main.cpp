@@ -7,6 +7,7 @@
 #include <new>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels (default: all cores or OMP_NUM_THREADS)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(zaya::cli::non_negative());
   app.parse_complete_callback([&] { zaya::set_user_thread_count(threads, "--threads"); });
 
   zaya::cli::add_bench_command(app);

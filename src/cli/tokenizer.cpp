@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_guard.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/bpe_trainer.h"
@@ -198,7 +199,7 @@ void add_tokenizer_command(CLI::App& app) {
       ->default_str("<pad> <bos> <eos> <unk>");
   train_cmd->add_option("--min-frequency", train->options.min_frequency, "least count of a pair to merge")
       ->default_val(train->options.min_frequency)
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   train_cmd->callback([train] { run_train(*train); });
 
   auto encode = std::make_shared<EncodeArgs>();
@@ -227,10 +228,10 @@ void add_tokenizer_command(CLI::App& app) {
   bench_cmd->add_option("--file", bench->file, "a UTF-8 text file")->required();
   bench_cmd->add_option("--document-bytes", bench->document_bytes, "largest document (whole lines)")
       ->default_val(bench->document_bytes)
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   bench_cmd->add_option("--repeat", bench->repeat, "timed passes after one warm-up pass (median reported)")
       ->default_val(bench->repeat)
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   bench_cmd->add_flag("--json", bench->json, "print one JSON line");
   bench_cmd->callback([bench] { run_bench(*bench); });
 }

@@ -58,6 +58,9 @@ check "a model under ulimit -v 400 MB: an error, not a crash" 1 "may map 390 MiB
   bash -c 'ulimit -v 400000; exec "$0" bench step --preset tiny --batch 1 --seq 16 --steps 1' "$zaya"
 check "init of a model larger than ulimit -v allows" 1 "this process may map" -- \
   bash -c 'ulimit -v 700000; exec "$0" init --preset medium --out "$1"' "$zaya" "$tmp/medium"
+check "a negative --batch, in a few words" 2 "--batch: must be positive, got -5 (see" -- "$zaya" bench step --batch -5
+check "--batch x --seq past 2^31 tokens" 1 "is more than 2147483648 tokens a step" -- \
+  "$zaya" bench step --preset tiny --batch 4000000000 --seq 4000000000
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 
 report

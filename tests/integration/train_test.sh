@@ -147,6 +147,9 @@ else
   echo "skipped: a full disk and a read-only run directory (cannot mount a tmpfs here: not root?)"
 fi
 
+out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 1000000000000000000 2>&1)
+[ $? -eq 1 ] && grep -q "more than the model's context" <<<"$out" && ok "generate past the model's context: an error" \
+  || fail "generate past the context: $out"
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
 
