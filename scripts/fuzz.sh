@@ -8,8 +8,13 @@ set -uo pipefail
 mode=${1:?smoke or long} build=${2:?build directory}
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=$([ "$mode" = smoke ] && echo 2000 || echo "${FUZZ_RUNS:-10000000}")
-targets=(safetensors model_directory model_config tokenizer indexed_dataset train_config document_reader
-         checkpoint_catalog)
+shopt -s nullglob
+targets=()  # every target the build made (fuzz/CMakeLists.txt lists them)
+for binary in "$root/$build"/fuzz/*_fuzz; do
+  name=$(basename "$binary")
+  targets+=("${name%_fuzz}")
+done
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz: no targets in $build/fuzz (make build-fuzz)"; exit 1; }
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$root/fuzz/findings"

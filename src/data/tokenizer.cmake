@@ -1,17 +1,18 @@
-# Sources of the tokenizer (src/data/tokenizer*, bpe_*, unicode_*), added to zaya_lib.
-target_sources(zaya_lib PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe_byte_level.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe_model.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe_token_table.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe_trainer.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_added.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_decoder.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_document.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_json.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_known_regex.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_normalizer.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_pattern.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/tokenizer_pretokenizer.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/data/unicode_text.cpp
+# Sources of the tokenizer (src/data/tokenizer*, bpe_*, unicode_*): added to zaya_lib, and to the fuzz
+# targets' parser library (fuzz/CMakeLists.txt), which leaves out the trainer (it needs OpenMP).
+set(ZAYA_TOKENIZER_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/bpe_byte_level.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/bpe_model.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/bpe_token_table.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_added.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_decoder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_document.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_json.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_known_regex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_normalizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_pattern.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer_pretokenizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unicode_text.cpp
 )
+set(ZAYA_TOKENIZER_TRAINER_SOURCES ${CMAKE_CURRENT_LIST_DIR}/bpe_trainer.cpp)

@@ -13,7 +13,9 @@ namespace zaya {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses text; throws Error naming `source` (and `where`, e.g. "line 12: ", before the message) when it is
-// not valid JSON or nests deeper than kMaxJsonDepth.
-nlohmann::json parse_json(std::string_view text, const std::string& source, const std::string& where = "");
+// not valid JSON or nests deeper than kMaxJsonDepth. With duplicate_key, the first top-level key that
+// appears twice is stored there (plain parsing keeps the last value silently).
+nlohmann::json parse_json(std::string_view text, const std::string& source, const std::string& where = "",
+                          std::string* duplicate_key = nullptr);
 
 }  // namespace zaya

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -25,24 +24,8 @@ uint64_t read_u64_le(const unsigned char* bytes) {
 
 // Parses the header, rejecting a tensor name that appears twice (plain parsing keeps the last silently).
 json parse_header_json(std::string_view header, const std::string& path) {
-  std::set<std::string> seen;
   std::string duplicate;
-  bool too_deep = false;
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && !seen.insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-    }
-    // A header nests 3 deep; deeper values are dropped here (false) and the header rejected below.
-    if (depth >= kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  };
-  json parsed;
-  try {
-    parsed = json::parse(header.begin(), header.end(), on_event);
-  } catch (const json::exception& e) {
-    throw Error(cat("header is not valid JSON: ", e.what())).file(path);
-  }
-  if (too_deep) throw Error(cat("header nests deeper than ", kMaxJsonDepth, " levels")).file(path);
+  json parsed = parse_json(header, path, "header: ", &duplicate);
   if (!duplicate.empty()) throw Error("tensor appears twice in the header").file(path).tensor(duplicate);
   if (!parsed.is_object()) throw Error("header is not a JSON object").file(path);
   return parsed;
