@@ -3,11 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/output_guard.h"
 #include "core/error.h"
 #include "model/model_io.h"
 
@@ -22,10 +22,7 @@ struct InitArgs {
 };
 
 void run_init(const InitArgs& args) {
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(args.out) / "config.json") && !args.force) {
-    throw Error("already holds a model; pass --force to overwrite it").file(args.out);
-  }
+  guard_output(args.out, "--out", {args.source.config_file, args.source.model_dir}, args.force);
   const ZayaConfig config = args.source.config();
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, args.seed);

@@ -14,16 +14,11 @@ fs::path resolved(const std::string& path) {
   return out.empty() ? fs::absolute(path).lexically_normal() : out;
 }
 
-// A model directory (config.json next to safetensors) or a checkpoint (checksums.json).
+// A model directory (config.json, with or without its weights yet) or a checkpoint (checksums.json).
 bool holds_model(const fs::path& dir) {
   std::error_code ignored;
-  if (!fs::is_directory(dir, ignored)) return false;
-  if (fs::exists(dir / "checksums.json", ignored)) return true;
-  if (!fs::exists(dir / "config.json", ignored)) return false;
-  for (const auto& entry : fs::directory_iterator(dir, ignored)) {
-    if (entry.path().extension() == ".safetensors") return true;
-  }
-  return false;
+  return fs::is_directory(dir, ignored) &&
+         (fs::exists(dir / "config.json", ignored) || fs::exists(dir / "checksums.json", ignored));
 }
 
 }  // namespace
