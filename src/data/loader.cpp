@@ -151,7 +151,7 @@ void DataLoader::next(int64_t count, int64_t first, int64_t take, int32_t* windo
 }
 
 void DataLoader::restore(const LoaderState& state) {
-  if (state.stage < 0 || state.stage >= int64_t(stages_.size()) ||
+  if (!state.consistent() || state.stage < 0 || state.stage >= int64_t(stages_.size()) ||
       state.drawn.size() != stages_[size_t(state.stage)].mixture.size()) {
     throw Error(cat("saved data position (stage ", state.stage, ", ", state.drawn.size(),
                     " datasets) does not fit the configured stages"))

@@ -31,6 +31,16 @@ struct LoaderState {
   int64_t samples = 0;         // drawn in this stage, over all ranks
   std::vector<int64_t> drawn;  // per mixture entry of the stage
   bool operator==(const LoaderState&) const = default;
+  // Every sample drawn from one entry: the drawn counts add up to samples, none negative. A saved state
+  // that does not would make the loader seek for ever to a window past its data.
+  bool consistent() const {
+    int64_t total = 0;  // each entry in [0, samples], so that the sum cannot overflow
+    for (const int64_t n : drawn) {
+      if (n < 0 || n > samples) return false;
+      total += n;
+    }
+    return samples >= 0 && total == samples;
+  }
 };
 
 class DataLoader {

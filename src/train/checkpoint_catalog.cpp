@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/loader.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"
 
@@ -120,15 +121,11 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
     const json state = parse_json(read_text_file(state_path), state_path);
     if (const int64_t step = step_of(dir); step >= 0 && state.at("step").get<int64_t>() != step)
       throw Error(cat("holds step ", state.at("step").get<int64_t>(), ", not ", step)).file(state_path);
-    const int64_t samples = state.at("loader").at("samples").get<int64_t>();
-    int64_t drawn = 0;  // each entry in [0, samples], so that the sum cannot overflow
-    bool in_range = samples >= 0;
-    for (const int64_t n : state.at("loader").at("drawn").get<std::vector<int64_t>>()) {
-      in_range = in_range && n >= 0 && n <= samples;
-      if (in_range) drawn += n;
-    }
-    if (!in_range || drawn != samples) {
-      throw Error(cat("the data position is inconsistent: ", samples, " samples drawn as ",
+    LoaderState loader;
+    loader.samples = state.at("loader").at("samples").get<int64_t>();
+    loader.drawn = state.at("loader").at("drawn").get<std::vector<int64_t>>();
+    if (!loader.consistent()) {
+      throw Error(cat("the data position is inconsistent: ", loader.samples, " samples drawn as ",
                       state.at("loader").at("drawn").dump()))
           .file(state_path)
           .field("loader");

@@ -259,6 +259,9 @@ TEST_F(LoaderTest, RankSlicesAndResumeGiveTheSameSamples) {
   EXPECT_EQ(resumed.seq_len(), 20);
   EXPECT_THROW(resumed.restore({5, 0, {}}), Error);
   EXPECT_THROW(resumed.restore({0, 0, {1}}), Error);
+  LoaderState beyond = saved;
+  beyond.samples = int64_t(1) << 60;  // the drawn counts no longer add up: it would seek for ever
+  EXPECT_THROW(resumed.restore(beyond), Error);
 }
 
 TEST_F(LoaderTest, MixtureFollowsTheWeights) {
