@@ -1,6 +1,7 @@
-// Incremental decoding, one token at a time, with the CCA decode state (the convolution's recent inputs
-// and the delayed value) and the key/value cache. The MoE half of each layer is the training code run on
-// one token; the attention half reads its history from the cache.
+// Incremental decoding, one token per sequence at a time, with the CCA decode state (the convolution's recent
+// inputs and the delayed value) and the key/value cache; and the prefill that fills that state from one full
+// forward pass over a prompt. The MoE half of each layer is the training code run on the batch's rows; the
+// attention half reads each sequence's history from its cache.
 
 #include <algorithm>
 #include <cmath>
@@ -29,103 +30,156 @@ DecodeCache make_decode_cache(const ModelDims& dims, int64_t capacity) {
 }
 
 const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
-  if (token < 0 || token >= dims_.vocab) {
-    throw Error(cat("token id ", token, " is outside the vocabulary of ", dims_.vocab)).field("prompt");
+  DecodeCache* one = &cache;
+  return decode_batch(&token, &one, 1);
+}
+
+void ZayaModel::require_decodable(const int32_t* tokens, DecodeCache* const* caches, int64_t count,
+                                  int64_t new_tokens) const {
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= dims_.vocab) {
+      throw Error(cat("token id ", tokens[i], " is outside the vocabulary of ", dims_.vocab)).field("prompt");
+    }
+    if (caches[i]->length + new_tokens > caches[i]->capacity) {
+      throw Error(cat("the decode cache holds ", caches[i]->capacity, " tokens; ", caches[i]->length,
+                      " are in it and ", new_tokens, " more do not fit"));
+    }
+    if (int64_t(caches[i]->layers.size()) != dims_.layers)
+      throw Error("a decode cache made for a different model");
   }
-  if (cache.length >= cache.capacity)
-    throw Error(cat("the decode cache holds ", cache.capacity, " tokens; it is full"));
   if (!params_.table().holds_all_experts())
     throw Error(
         "incremental decoding runs every expert here; this rank holds only some (expert parallelism)");
-  const int64_t t = cache.length, H = dims_.hidden, C = dims_.conv_channels();
+}
+
+const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count) {
+  require_decodable(tokens, caches, count, 1);
+  const int64_t B = count, H = dims_.hidden, C = dims_.conv_channels();
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
   arena_.reset();
   scratch_.reset();
   reset_step_sums();
-  const Batch one{&token, nullptr, nullptr, 1, 1};
-  auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
+  // One token of each sequence: the matrix products and the MoE run over the B rows at once; the attention
+  // half reads each sequence's own history.
+  const Batch rows{tokens, nullptr, nullptr, B, 1};
+  auto f = [&](int64_t size) { return arena_.alloc<float>(size_t(size)); };
 
-  float* h = f(H);
-  embed(one, h);
-  int32_t* choices = arena_.alloc<int32_t>(size_t(dims_.layers));
+  float* h = f(B * H);
+  embed(rows, h);
+  int32_t* choices = arena_.alloc<int32_t>(size_t(dims_.layers * B));
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
-    allocate_layer(a, one, choices + l);
+    allocate_layer(a, rows, choices + l * B);
     const LayerWeights& w = w_.layers[size_t(l)];
-    DecodeCache::Layer& state = cache.layers[size_t(l)];
-    if (t == 0 && w.v_delayed_bias)
-      std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
-
-    ops_.rmsnorm_forward(h, w.input_norm, 1, H, dims_.rms_eps, a.xn1, a.rstd1);
-    ops_.gemm(Trans::No, Trans::Yes, 1, QD, H, 1.0f, a.xn1, H, w.q_proj, H, 0.0f, a.qk0, C);
-    ops_.gemm(Trans::No, Trans::Yes, 1, KD, H, 1.0f, a.xn1, H, w.k_proj, H, 0.0f, a.qk0 + QD, C);
-    if (w.q_bias) ops_.add_bias(a.qk0, 1, QD, C, w.q_bias);
-    if (w.k_bias) ops_.add_bias(a.qk0 + QD, 1, KD, C, w.k_bias);
+    const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
     const AttentionShape one_token{1, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
-    ops_.qk_mean_forward(a.qk0, 1, C, one_token, a.q_res, a.k_res);
 
-    // The convolution over the kept rows and this one: its last output is this position's, exactly as in
-    // the full pass (zero padding applies only while fewer than tail_rows tokens came before).
-    const int64_t rows = int64_t(state.conv_tail.size()) / C + 1;
-    float* window = f(rows * C);
-    std::copy(state.conv_tail.begin(), state.conv_tail.end(), window);
-    std::copy(a.qk0, a.qk0 + C, window + (rows - 1) * C);
-    const AttentionShape conv_shape{1, rows, dims_.heads, dims_.kv_heads, D, 0};
-    float* dw = f((rows + dims_.conv_time1 - 1) * C);
-    float* conv = f(rows * C);
-    float* conv_scratch = f(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1));
-    ops_.cca_conv_forward(window, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                          w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, dw, conv, conv_scratch);
-    const float* last = conv + (rows - 1) * C;
-    for (int64_t i = 0; i < QD; ++i) a.q_pre[i] = last[i] + a.q_res[i];
-    for (int64_t i = 0; i < KD; ++i) a.k_pre[i] = last[QD + i] + a.k_res[i];
-    state.conv_tail.insert(state.conv_tail.end(), a.qk0, a.qk0 + C);
-    if (int64_t(state.conv_tail.size()) > tail_rows * C) {
-      state.conv_tail.erase(state.conv_tail.begin(), state.conv_tail.end() - tail_rows * C);
+    ops_.rmsnorm_forward(h, w.input_norm, B, H, dims_.rms_eps, a.xn1, a.rstd1);
+    ops_.gemm(Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, w.q_proj, H, 0.0f, a.qk0, C);
+    ops_.gemm(Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, w.k_proj, H, 0.0f, a.qk0 + QD, C);
+    if (w.q_bias) ops_.add_bias(a.qk0, B, QD, C, w.q_bias);
+    if (w.k_bias) ops_.add_bias(a.qk0 + QD, B, KD, C, w.k_bias);
+    ops_.qk_mean_forward(a.qk0, B, C, shape, a.q_res, a.k_res);
+
+    // Values: this token's current half; the delayed half is the previous token's, kept in the cache.
+    float* delayed = f(B * half);
+    ops_.gemm(Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, w.v_current, H, 0.0f, a.v, KD);
+    if (w.v_current_bias) ops_.add_bias(a.v, B, half, KD, w.v_current_bias);
+    ops_.gemm(Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, delayed, half);
+    if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
+
+    for (int64_t i = 0; i < B; ++i) {
+      DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
+      const int64_t t = caches[i]->length;
+      const float* qk0 = a.qk0 + i * C;
+      if (t == 0 && w.v_delayed_bias)
+        std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
+
+      // The convolution over the kept rows and this one: its last output is this position's, exactly as in
+      // the full pass (zero padding applies only while fewer than tail_rows tokens came before).
+      const int64_t window_rows = int64_t(state.conv_tail.size()) / C + 1;
+      float* window = f(window_rows * C);
+      std::copy(state.conv_tail.begin(), state.conv_tail.end(), window);
+      std::copy(qk0, qk0 + C, window + (window_rows - 1) * C);
+      const AttentionShape conv_shape{1, window_rows, dims_.heads, dims_.kv_heads, D, 0};
+      float* dw = f((window_rows + dims_.conv_time1 - 1) * C);
+      float* conv = f(window_rows * C);
+      float* conv_scratch = f(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1));
+      ops_.cca_conv_forward(window, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                            w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, dw, conv, conv_scratch);
+      const float* last = conv + (window_rows - 1) * C;
+      for (int64_t j = 0; j < QD; ++j) a.q_pre[i * QD + j] = last[j] + a.q_res[i * QD + j];
+      for (int64_t j = 0; j < KD; ++j) a.k_pre[i * KD + j] = last[QD + j] + a.k_res[i * KD + j];
+      state.conv_tail.insert(state.conv_tail.end(), qk0, qk0 + C);
+      if (int64_t(state.conv_tail.size()) > tail_rows * C) {
+        state.conv_tail.erase(state.conv_tail.begin(), state.conv_tail.end() - tail_rows * C);
+      }
+      std::copy(state.delayed.begin(), state.delayed.end(), a.v + i * KD + half);
+      std::copy(delayed + i * half, delayed + (i + 1) * half, state.delayed.begin());
     }
 
-    ops_.l2norm_forward(a.q_pre, 1, dims_.heads, D, nullptr, a.q, a.q_norms);
-    ops_.l2norm_forward(a.k_pre, 1, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);
-    float *cos, *sin;
-    rope_rows(l, t, 1, cos, sin);
-    ops_.rope(a.q, 1, 1, dims_.heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
-    ops_.rope(a.k, 1, 1, dims_.kv_heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
-
-    // Values: this token's current half, the previous token's delayed half; then this token's delayed
-    // projection becomes the state for the next one.
-    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1, H, w.v_current, H, 0.0f, a.v, KD);
-    if (w.v_current_bias) ops_.add_bias(a.v, 1, half, KD, w.v_current_bias);
-    std::copy(state.delayed.begin(), state.delayed.end(), a.v + half);
-    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, state.delayed.data(),
-              half);
-    if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
-
-    std::copy(a.k, a.k + KD, state.keys.begin() + t * KD);
-    std::copy(a.v, a.v + KD, state.values.begin() + t * KD);
-    ops_.attention_decode(a.q, state.keys.data(), state.values.data(), t + 1, one_token,
-                          1.0f / std::sqrt(float(D)), a.o);
-    ops_.gemm(Trans::No, Trans::Yes, 1, H, QD, 1.0f, a.o, QD, w.o_proj, QD, 0.0f, a.attn, H);
-    if (w.o_bias) ops_.add_bias(a.attn, 1, H, H, w.o_bias);
+    ops_.l2norm_forward(a.q_pre, B, dims_.heads, D, nullptr, a.q, a.q_norms);
+    ops_.l2norm_forward(a.k_pre, B, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);
+    for (int64_t i = 0; i < B; ++i) {
+      DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
+      const int64_t t = caches[i]->length;
+      float *cos, *sin;
+      rope_rows(l, t, 1, cos, sin);
+      ops_.rope(a.q + i * QD, 1, 1, dims_.heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
+      ops_.rope(a.k + i * KD, 1, 1, dims_.kv_heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
+      std::copy(a.k + i * KD, a.k + (i + 1) * KD, state.keys.begin() + t * KD);
+      std::copy(a.v + i * KD, a.v + (i + 1) * KD, state.values.begin() + t * KD);
+      ops_.attention_decode(a.q + i * QD, state.keys.data(), state.values.data(), t + 1, one_token,
+                            1.0f / std::sqrt(float(D)), a.o + i * QD);
+    }
+    ops_.gemm(Trans::No, Trans::Yes, B, H, QD, 1.0f, a.o, QD, w.o_proj, QD, 0.0f, a.attn, H);
+    if (w.o_bias) ops_.add_bias(a.attn, B, H, H, w.o_bias);
 
     const ResidualScaleWeights& ra = w.attention_residual;
-    ops_.residual_scale_forward(a.attn, h, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, 1, H, a.r1);
-    ops_.rmsnorm_forward(a.r1, w.post_attention_norm, 1, H, dims_.rms_eps, a.xn2, a.rstd2);
-    moe_forward(int(l), one, a, l > 0 ? layers_[size_t(l - 1)].rh : nullptr);
+    ops_.residual_scale_forward(a.attn, h, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, B, H, a.r1);
+    ops_.rmsnorm_forward(a.r1, w.post_attention_norm, B, H, dims_.rms_eps, a.xn2, a.rstd2);
+    moe_forward(int(l), rows, a, l > 0 ? layers_[size_t(l - 1)].rh : nullptr);
     const ResidualScaleWeights& rm = w.mlp_residual;
-    float* next = f(H);
-    ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, 1, H, next);
+    float* next = f(B * H);
+    ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, B, H, next);
     h = next;
   }
-  float* normed = f(H);
-  float* rstd = f(1);
-  ops_.rmsnorm_forward(h, w_.final_norm, 1, H, dims_.rms_eps, normed, rstd);
-  float* logits = f(dims_.vocab);
-  ops_.gemm(Trans::No, Trans::Yes, 1, dims_.vocab, H, 1.0f, normed, H, w_.lm_head, H, 0.0f, logits,
+  float* normed = f(B * H);
+  float* rstd = f(B);
+  ops_.rmsnorm_forward(h, w_.final_norm, B, H, dims_.rms_eps, normed, rstd);
+  float* logits = f(B * dims_.vocab);
+  ops_.gemm(Trans::No, Trans::Yes, B, dims_.vocab, H, 1.0f, normed, H, w_.lm_head, H, 0.0f, logits,
             dims_.vocab);
-  if (w_.lm_head_bias) ops_.add_bias(logits, 1, dims_.vocab, dims_.vocab, w_.lm_head_bias);
-  ++cache.length;
+  if (w_.lm_head_bias) ops_.add_bias(logits, B, dims_.vocab, dims_.vocab, w_.lm_head_bias);
+  for (int64_t i = 0; i < B; ++i) ++caches[i]->length;
   return logits;
+}
+
+const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache) {
+  DecodeCache* one = &cache;
+  for (int64_t i = 0; i < count; ++i) require_decodable(tokens + i, &one, 1, count);
+  if (cache.length != 0) throw Error("prefill needs an empty decode cache");
+  const int64_t H = dims_.hidden, C = dims_.conv_channels(), KD = dims_.kv_dim(), half = KD / 2;
+  const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
+  const ForwardResult result = forward({tokens, nullptr, nullptr, 1, count}, true);
+  // The cache holds what the full pass computed: the keys (normalised, rotated) and values of every
+  // position, the convolution's last input rows, and the last token's delayed value projection (which the
+  // full pass shifted out of its output).
+  const int64_t kept_rows = std::min(count, tail_rows);
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    const LayerActivations& a = layers_[size_t(l)];
+    const LayerWeights& w = w_.layers[size_t(l)];
+    DecodeCache::Layer& state = cache.layers[size_t(l)];
+    std::copy(a.k, a.k + count * KD, state.keys.begin());
+    std::copy(a.v, a.v + count * KD, state.values.begin());
+    state.conv_tail.assign(a.qk0 + (count - kept_rows) * C, a.qk0 + count * C);
+    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (count - 1) * H, H, w.v_delayed, H, 0.0f,
+              state.delayed.data(), half);
+    if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
+  }
+  cache.length = count;
+  return result.logits;
 }
 
 }  // namespace zaya

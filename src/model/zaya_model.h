@@ -98,6 +98,14 @@ class ZayaModel {
   // until the next call). Equal to the full forward pass's logits at that position. Throws Error when the
   // cache is full or the token is outside the vocabulary.
   const float* decode_step(int32_t token, DecodeCache& cache);
+  // Continuous batching: feeds tokens[i] to *caches[i], each at its own position, for `count` sequences
+  // decoded together (their matrix products and experts as one batch of rows), and returns their next
+  // tokens' logits [count, vocab]. Throws Error (before changing any cache) as decode_step does.
+  const float* decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count);
+  // A prompt through the full forward pass (in this model's precision) into an empty cache, which then
+  // continues with decode_step as if the prompt had been fed to it token by token. Returns the logits of
+  // every position [count, vocab], valid until the next call.
+  const float* prefill(const int32_t* tokens, int64_t count, DecodeCache& cache);
 
   ParameterStore& params() { return params_; }
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.
@@ -106,6 +114,10 @@ class ZayaModel {
  private:
   ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
   void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
+  // Throws Error unless every token is in the vocabulary, every cache has room for new_tokens more and this
+  // rank holds every expert.
+  void require_decodable(const int32_t* tokens, DecodeCache* const* caches, int64_t count,
+                         int64_t new_tokens) const;
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
   // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the

@@ -415,6 +415,67 @@ TEST(ZayaModel, IncrementalDecodingMatchesTheFullPass) {
   }
 }
 
+// The serving path: sequences at different positions decoded together (decode_batch), some of them started
+// from a prefill over their prompt, give each sequence the logits of its own full pass. The fixtures'
+// windows and kernels make the positions matter.
+TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
+  for (const char* name : {"odd", "mha_window", "basic"}) {
+    LoadedModel loaded = load_model(test::fixture(std::string("model/") + name));
+    const ModelDims& dims = loaded.params->dims();
+    const int64_t V = dims.vocab, S = 12, B = 3;
+    ZayaModel model(*loaded.params, cpu_ops());
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<std::vector<float>> want;
+    double scale = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      ids.push_back(random_ids(S, V, uint64_t(20 + b)));
+      const ForwardResult full = model.forward({ids.back().data(), nullptr, nullptr, 1, S}, true);
+      want.emplace_back(full.logits, full.logits + S * V);
+      for (float v : want.back()) scale = std::max(scale, double(std::abs(v)));
+    }
+    // Sequence b starts with a prefill of its first `prompt[b]` tokens (none for sequence 0, which is fed
+    // token by token); then all three advance one token per batched step, each from its own position.
+    const int64_t prompt[B] = {0, 5, 1};
+    std::vector<DecodeCache> caches;
+    double worst = 0;
+    auto compare = [&](int64_t b, int64_t position, const float* logits) {
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, double(std::abs(logits[v] - want[size_t(b)][size_t(position * V + v)])));
+    };
+    for (int64_t b = 0; b < B; ++b) {
+      caches.push_back(make_decode_cache(dims, S));
+      if (prompt[b] == 0) continue;
+      const float* logits = model.prefill(ids[size_t(b)].data(), prompt[b], caches.back());
+      for (int64_t t = 0; t < prompt[b]; ++t) compare(b, t, logits + t * V);
+    }
+    for (;;) {
+      std::vector<int32_t> tokens;
+      std::vector<DecodeCache*> active;
+      std::vector<int64_t> which;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t position = caches[size_t(b)].length;
+        if (position == S) continue;
+        tokens.push_back(ids[size_t(b)][size_t(position)]);
+        active.push_back(&caches[size_t(b)]);
+        which.push_back(b);
+      }
+      if (active.empty()) break;
+      const float* logits = model.decode_batch(tokens.data(), active.data(), int64_t(active.size()));
+      for (size_t i = 0; i < which.size(); ++i)
+        compare(which[i], active[i]->length - 1, logits + int64_t(i) * V);
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << name;
+    for (const DecodeCache& cache : caches) EXPECT_EQ(cache.length, S) << name;
+    // A batch with one full cache is refused before any cache changes.
+    DecodeCache fresh = make_decode_cache(dims, S);
+    DecodeCache* both[] = {&fresh, &caches[0]};
+    const int32_t two[] = {1, 1};
+    EXPECT_THROW(model.decode_batch(two, both, 2), Error);
+    EXPECT_EQ(fresh.length, 0);
+    EXPECT_THROW(model.prefill(ids[0].data(), S, caches[0]), Error);  // not empty
+  }
+}
+
 }  // namespace
 }  // namespace zaya
 
