@@ -9,6 +9,7 @@ class App;
 namespace zaya::cli {
 
 void add_bench_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

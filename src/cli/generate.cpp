@@ -1,18 +1,17 @@
-// `zaya generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-p P --seed S]`: text
-// from a model directory, streamed as it is produced.
+// `zaya generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-p P --top-k K --seed
+// S]`: text from a model directory, streamed as it is produced.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "backend/ops.h"
 #include "cli/commands.h"
+#include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generator.h"
-#include "model/model_io.h"
 #include "model/zaya_model.h"
 
 namespace zaya::cli {
@@ -24,23 +23,15 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& args) {
-  const std::string tokenizer_path = args.tokenizer.empty()
-                                         ? (std::filesystem::path(args.model) / "tokenizer.json").string()
-                                         : args.tokenizer;
-  const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
-  LoadedModel loaded = load_model(args.model);
-  if (tokenizer.vocab_size() > loaded.params->dims().vocab) {
-    throw Error(
-        cat("has ", tokenizer.vocab_size(), " tokens, more than the model's ", loaded.params->dims().vocab))
-        .file(tokenizer_path);
-  }
-  ZayaModel model(*loaded.params, cpu_ops());
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer);
+  const Tokenizer& tokenizer = loaded.tokenizer;
+  ZayaModel model(*loaded.model.params, cpu_ops());
   SamplingOptions options = args.sampling;
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;
   size_t printed = 0;
   const std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
-  const int64_t context = loaded.config.max_position_embeddings;
+  const int64_t context = loaded.model.config.max_position_embeddings;
   if (options.max_new_tokens > context - int64_t(prompt.size())) {
     throw Error(cat("the prompt's ", prompt.size(), " tokens and ", options.max_new_tokens,
                     " new ones are more than the model's context of ", context, " (max_position_embeddings)"))
@@ -73,6 +64,8 @@ void add_generate_command(CLI::App& app) {
       ->check(non_negative());
   command->add_option("--temperature", args->sampling.temperature, "0: greedy")->check(non_negative());
   command->add_option("--top-p", args->sampling.top_p, "nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
+  command->add_option("--top-k", args->sampling.top_k, "sample from the k most likely tokens (0: all)")
+      ->check(non_negative());
   command->add_option("--seed", args->sampling.seed, "random seed");
   command->callback([args] { run_generate(*args); });
 }

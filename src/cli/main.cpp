@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { zaya::set_user_thread_count(threads, "--threads"); });
 
   zaya::cli::add_bench_command(app);
+  zaya::cli::add_eval_command(app);
   zaya::cli::add_export_command(app);
   zaya::cli::add_forward_command(app);
   zaya::cli::add_generate_command(app);

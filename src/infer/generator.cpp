@@ -11,22 +11,26 @@
 
 namespace zaya {
 
-int32_t sample_token(const float* logits, int64_t vocab, double temperature, double top_p, double draw) {
-  if (temperature <= 0) return int32_t(std::max_element(logits, logits + vocab) - logits);
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingRule& rule, double draw) {
+  if (rule.temperature <= 0 || rule.top_k == 1)
+    return int32_t(std::max_element(logits, logits + vocab) - logits);
   const double max = *std::max_element(logits, logits + vocab);
   std::vector<double> probs(static_cast<size_t>(vocab));
   double total = 0;
   for (int64_t i = 0; i < vocab; ++i)
-    total += probs[size_t(i)] = std::exp((double(logits[i]) - max) / temperature);
+    total += probs[size_t(i)] = std::exp((double(logits[i]) - max) / rule.temperature);
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  // Most likely first, ties by id: the nucleus is the shortest prefix holding top_p of the mass.
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return probs[size_t(a)] != probs[size_t(b)] ? probs[size_t(a)] > probs[size_t(b)] : a < b;
-  });
+  // Most likely first, ties by id: the nucleus is the shortest prefix holding top_p of the mass, and at
+  // most top_k long. Only that prefix needs sorting.
+  const size_t candidates = rule.top_k > 0 ? size_t(std::min(rule.top_k, vocab)) : order.size();
+  std::partial_sort(
+      order.begin(), order.begin() + std::ptrdiff_t(candidates), order.end(), [&](int32_t a, int32_t b) {
+        return probs[size_t(a)] != probs[size_t(b)] ? probs[size_t(a)] > probs[size_t(b)] : a < b;
+      });
   double kept = 0;
   size_t nucleus = 0;
-  while (nucleus < order.size() && (nucleus == 0 || kept < top_p * total))
+  while (nucleus < candidates && (nucleus == 0 || kept < rule.top_p * total))
     kept += probs[size_t(order[nucleus++])];
   double target = draw * kept;
   for (size_t i = 0; i < nucleus; ++i) {
@@ -54,8 +58,7 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t next =
-        sample_token(logits, dims.vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
+    const int32_t next = sample_token(logits, dims.vocab, options, rng.uniform_double(uint64_t(i)));
     out.push_back(next);
     if (on_token) on_token(next);
     if (options.stop_token && next == *options.stop_token) break;
@@ -74,8 +77,7 @@ std::vector<int32_t> generate_in_expert_group(ZayaModel& model, const std::vecto
     const ForwardResult result =
         model.forward({text.data(), nullptr, nullptr, 1, int64_t(text.size())}, true);
     const float* last = result.logits + (int64_t(text.size()) - 1) * vocab;
-    int32_t next =
-        sample_token(last, vocab, options.temperature, options.top_p, rng.uniform_double(uint64_t(i)));
+    int32_t next = sample_token(last, vocab, options, rng.uniform_double(uint64_t(i)));
     group.broadcast(&next, sizeof next, 0);
     out.push_back(next);
     text.push_back(next);

@@ -13,16 +13,21 @@ namespace zaya {
 class Communicator;
 class ZayaModel;
 
-struct SamplingOptions {
-  int64_t max_new_tokens = 64;
+// How the next token is drawn from the logits.
+struct SamplingRule {
   double temperature = 0.8;  // 0: always the most likely token
   double top_p = 0.95;       // sample from the smallest set of tokens whose probability reaches top_p
+  int64_t top_k = 0;         // and from at most the top_k most likely (0: no limit)
+};
+
+struct SamplingOptions : SamplingRule {
+  int64_t max_new_tokens = 64;
   uint64_t seed = 0;
   std::optional<int32_t> stop_token;  // end generation after producing it
 };
 
 // The next token from logits [vocab]; `draw` is a uniform number in [0, 1).
-int32_t sample_token(const float* logits, int64_t vocab, double temperature, double top_p, double draw);
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingRule& rule, double draw);
 
 // New token ids after the prompt; on_token sees each as it is produced (for streaming).
 std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prompt,

@@ -385,8 +385,12 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   // On rank 0, or with expert parallelism on the ranks of its group (which hold the experts between them).
   auto sample = [&] {
     if (config.sample.max_new_tokens == 0 || rank >= P) return;
-    SamplingOptions options{config.sample.max_new_tokens, config.sample.temperature, config.sample.top_p,
-                            config.run.seed + uint64_t(state.step), tokenizer.eos_id()};
+    SamplingOptions options;
+    options.temperature = config.sample.temperature;
+    options.top_p = config.sample.top_p;
+    options.max_new_tokens = config.sample.max_new_tokens;
+    options.seed = config.run.seed + uint64_t(state.step);
+    options.stop_token = tokenizer.eos_id();
     const std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
     const std::vector<int32_t> tokens = expert_group
                                             ? generate_in_expert_group(model, prompt, options, *expert_group)

@@ -482,22 +482,35 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
 namespace zaya {
 namespace {
 
-TEST(Sampling, TemperatureAndNucleus) {
+TEST(Sampling, TemperatureNucleusAndTopK) {
   const float logits[5] = {2.0f, 1.0f, 0.5f, -1.0f, 3.0f};
-  EXPECT_EQ(sample_token(logits, 5, 0.0, 1.0, 0.7), 4);  // greedy
+  auto rule = [](double temperature, double top_p, int64_t top_k = 0) {
+    SamplingRule r;
+    r.temperature = temperature;
+    r.top_p = top_p;
+    r.top_k = top_k;
+    return r;
+  };
+  EXPECT_EQ(sample_token(logits, 5, rule(0.0, 1.0), 0.7), 4);  // greedy
+  EXPECT_EQ(sample_token(logits, 5, rule(1.0, 1.0, 1), 0.7), 4);
   // top_p small enough: only the most likely token remains, whatever the draw.
-  for (double draw : {0.0, 0.5, 0.999}) EXPECT_EQ(sample_token(logits, 5, 1.0, 0.1, draw), 4);
+  for (double draw : {0.0, 0.5, 0.999}) EXPECT_EQ(sample_token(logits, 5, rule(1.0, 0.1), draw), 4);
   // Full nucleus: draws sweep the tokens in order of probability.
-  EXPECT_EQ(sample_token(logits, 5, 1.0, 1.0, 0.0), 4);
-  EXPECT_EQ(sample_token(logits, 5, 1.0, 1.0, 0.9999), 3);
-  // Frequencies follow the softmax.
+  EXPECT_EQ(sample_token(logits, 5, rule(1.0, 1.0), 0.0), 4);
+  EXPECT_EQ(sample_token(logits, 5, rule(1.0, 1.0), 0.9999), 3);
+  // Frequencies follow the softmax; with top_k 2, the softmax of the two most likely.
   const RandomStream rng(1, RngPurpose::Test, 0);
-  std::vector<int> counts(5, 0);
-  for (int i = 0; i < 20000; ++i)
-    ++counts[size_t(sample_token(logits, 5, 1.0, 1.0, rng.uniform_double(uint64_t(i))))];
-  double total = 0;
-  for (float z : logits) total += std::exp(z);
-  for (int k = 0; k < 5; ++k) EXPECT_NEAR(counts[size_t(k)] / 20000.0, std::exp(logits[k]) / total, 0.015);
+  for (int64_t top_k : {0, 2}) {
+    std::vector<int> counts(5, 0);
+    for (int i = 0; i < 20000; ++i)
+      ++counts[size_t(sample_token(logits, 5, rule(1.0, 1.0, top_k), rng.uniform_double(uint64_t(i))))];
+    double total = 0;
+    for (int k = 0; k < 5; ++k) total += (top_k == 0 || k == 0 || k == 4) ? std::exp(logits[k]) : 0.0;
+    for (int k = 0; k < 5; ++k) {
+      const double want = (top_k == 0 || k == 0 || k == 4) ? std::exp(logits[k]) / total : 0.0;
+      EXPECT_NEAR(counts[size_t(k)] / 20000.0, want, 0.015) << "top_k " << top_k << " token " << k;
+    }
+  }
 }
 
 TEST(Generate, IsReproducibleAndStops) {
