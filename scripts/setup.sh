@@ -17,6 +17,7 @@ packages=(
   zlib1g-dev libzstd-dev
   libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
+  libcpp-httplib-dev    # the HTTP server of zaya serve
   python3.11-doc        # the default demo corpus: the Python documentation sources
 )
 

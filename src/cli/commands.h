@@ -17,6 +17,7 @@ void add_info_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   zaya::cli::add_init_command(app);
   zaya::cli::add_inspect_command(app);
   zaya::cli::add_prepare_command(app);
+  zaya::cli::add_serve_command(app);
   zaya::cli::add_tokenizer_command(app);
   zaya::cli::add_train_command(app);
 

@@ -1,0 +1,190 @@
+#include "serve/decode_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/zaya_model.h"
+
+namespace zaya {
+
+std::optional<SequenceEvent> Sequence::next_event(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  if (!ready_.wait_until(lock, until, [&] { return !events_.empty(); })) return std::nullopt;
+  SequenceEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void Sequence::post(SequenceEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+struct DecodeEngine::Running {
+  std::shared_ptr<Sequence> sequence;
+  DecodeCache cache;
+  RandomStream rng;
+  int64_t produced = 0;
+  int32_t last = 0;  // the token to feed next
+};
+
+DecodeEngine::DecodeEngine(ZayaModel& model, EngineLimits limits)
+    : model_(model), limits_(limits), thread_([this] { loop(); }) {}
+
+DecodeEngine::~DecodeEngine() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+}
+
+bool DecodeEngine::submit(const std::vector<std::shared_ptr<Sequence>>& sequences) {
+  {
+    std::lock_guard lock(mutex_);
+    if (int64_t(queue_.size() + sequences.size()) > limits_.max_queued) return false;
+    queue_.insert(queue_.end(), sequences.begin(), sequences.end());
+    counters_.queued = int64_t(queue_.size());
+  }
+  work_.notify_all();
+  return true;
+}
+
+namespace {
+
+SequenceEvent failed(std::string why) {
+  SequenceEvent event;
+  event.kind = SequenceEvent::Kind::Failed;
+  event.error = std::move(why);
+  return event;
+}
+
+SequenceEvent finished(std::string reason) {
+  SequenceEvent event;
+  event.kind = SequenceEvent::Kind::Finished;
+  event.finish_reason = std::move(reason);
+  return event;
+}
+
+// Ends a sequence that was cancelled or ran out of time; true when it did.
+bool drop_if_over(Sequence& sequence, EngineCounters& counters) {
+  if (sequence.cancelled()) return true;
+  if (std::chrono::steady_clock::now() < sequence.request().deadline) return false;
+  ++counters.timeouts;
+  sequence.post(failed("the request ran out of time"));
+  return true;
+}
+
+}  // namespace
+
+bool DecodeEngine::start(Running& running) {
+  const SequenceRequest& request = running.sequence->request();
+  const int64_t vocab = model_.params().dims().vocab, length = int64_t(request.prompt.size());
+  const float* logits = model_.prefill(request.prompt.data(), length, running.cache);
+  ++counters_.prefills;
+  counters_.prompt_tokens += length;
+  if (request.score_prompt) {
+    SequenceEvent scored;
+    scored.kind = SequenceEvent::Kind::PromptScored;
+    for (int64_t i = 1; i < length; ++i) {
+      scored.prompt.push_back(
+          token_logprobs(logits + (i - 1) * vocab, vocab, request.prompt[size_t(i)], request.top_logprobs));
+    }
+    running.sequence->post(std::move(scored));
+  }
+  if (request.max_tokens == 0) {
+    running.sequence->post(finished("length"));
+    return false;
+  }
+  return advance(running, logits + (length - 1) * vocab);
+}
+
+bool DecodeEngine::advance(Running& running, const float* logits) {
+  const SequenceRequest& request = running.sequence->request();
+  const int64_t vocab = model_.params().dims().vocab;
+  SequenceEvent event;
+  event.token =
+      sample_token(logits, vocab, request.rule, running.rng.uniform_double(uint64_t(running.produced)));
+  event.logprobs = token_logprobs(logits, vocab, event.token, request.top_logprobs);
+  running.sequence->post(event);
+  ++running.produced;
+  ++counters_.generated_tokens;
+  running.last = event.token;
+  if (request.stop_token && event.token == *request.stop_token) {
+    running.sequence->post(finished("stop"));
+    return false;
+  }
+  if (running.produced == request.max_tokens) {
+    running.sequence->post(finished("length"));
+    return false;
+  }
+  return true;
+}
+
+void DecodeEngine::loop() {
+  std::vector<Running> running;
+  for (;;) {
+    std::vector<std::shared_ptr<Sequence>> joining;
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running.empty(); });
+      if (stopping_) {
+        for (Running& r : running) r.sequence->post(failed("the server is shutting down"));
+        for (std::shared_ptr<Sequence>& sequence : queue_)
+          sequence->post(failed("the server is shutting down"));
+        return;
+      }
+      while (!queue_.empty() && int64_t(running.size() + joining.size()) < limits_.max_running) {
+        joining.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      counters_.queued = int64_t(queue_.size());
+    }
+    for (std::shared_ptr<Sequence>& sequence : joining) {
+      if (drop_if_over(*sequence, counters_)) continue;
+      const SequenceRequest& request = sequence->request();
+      Running joined{
+          sequence,
+          make_decode_cache(model_.params().dims(), int64_t(request.prompt.size()) + request.max_tokens),
+          RandomStream(request.seed, RngPurpose::Sampling, 0)};
+      try {
+        if (start(joined)) running.push_back(std::move(joined));
+      } catch (const std::exception& e) {
+        sequence->post(failed(e.what()));
+      }
+    }
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [&](Running& r) { return drop_if_over(*r.sequence, counters_); }),
+                  running.end());
+    counters_.running = int64_t(running.size());
+    if (running.empty()) continue;
+
+    std::vector<int32_t> tokens;
+    std::vector<DecodeCache*> caches;
+    for (Running& r : running) {
+      tokens.push_back(r.last);
+      caches.push_back(&r.cache);
+    }
+    try {
+      const float* logits = model_.decode_batch(tokens.data(), caches.data(), int64_t(running.size()));
+      ++counters_.decode_steps;
+      const int64_t vocab = model_.params().dims().vocab;
+      std::vector<Running> still;
+      for (size_t i = 0; i < running.size(); ++i) {
+        if (advance(running[i], logits + int64_t(i) * vocab)) still.push_back(std::move(running[i]));
+      }
+      running = std::move(still);
+    } catch (const std::exception& e) {
+      for (Running& r : running) r.sequence->post(failed(e.what()));
+      running.clear();
+    }
+    counters_.running = int64_t(running.size());
+  }
+}
+
+}  // namespace zaya

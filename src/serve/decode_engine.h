@@ -1,0 +1,111 @@
+#pragma once
+// Continuous batching for zaya serve: one thread owns the model and advances every running sequence by one
+// token per step, all of them in one decode_batch; a new sequence joins between steps (after a prefill of
+// its prompt), and a finished or cancelled one leaves, so requests never wait for each other to end.
+// Request threads submit sequences and read their events; the engine never blocks on them.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "infer/generator.h"
+#include "infer/token_logprobs.h"
+
+namespace zaya {
+
+class ZayaModel;
+
+// What a sequence reports, in order: (with score_prompt) its prompt's log-probabilities, then each token,
+// then one end (finished or failed).
+struct SequenceEvent {
+  enum class Kind { PromptScored, Token, Finished, Failed } kind = Kind::Token;
+  int32_t token = 0;
+  TokenLogprobs logprobs;             // Token: of the token, with the alternatives asked for
+  std::vector<TokenLogprobs> prompt;  // PromptScored: of prompt tokens 1..n-1
+  std::string finish_reason;          // Finished: "length" or "stop" (the end-of-text token)
+  std::string error;                  // Failed: why
+};
+
+struct SequenceRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  int64_t max_tokens = 16;      // may be 0: the prompt is only scored
+  SamplingRule rule;
+  uint64_t seed = 0;
+  int64_t top_logprobs = 0;  // alternatives reported per token
+  bool score_prompt = false;
+  std::optional<int32_t> stop_token;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+// One sequence's mailbox between the engine and the request thread that reads it.
+class Sequence {
+ public:
+  explicit Sequence(SequenceRequest request) : request_(std::move(request)) {}
+  const SequenceRequest& request() const { return request_; }
+
+  // Request side: the next event, or nullopt when none came before `until`.
+  std::optional<SequenceEvent> next_event(std::chrono::steady_clock::time_point until);
+  // Request side: the client left, or the text reached a stop string; the engine drops it before its next
+  // step.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Engine side.
+  void post(SequenceEvent event);
+
+ private:
+  SequenceRequest request_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<SequenceEvent> events_;
+};
+
+struct EngineLimits {
+  int64_t max_running = 8;  // sequences decoded together
+  int64_t max_queued = 64;  // sequences waiting for a place
+};
+
+// Counters for /metrics, read without a lock.
+struct EngineCounters {
+  std::atomic<int64_t> prompt_tokens{0}, generated_tokens{0}, decode_steps{0}, prefills{0}, timeouts{0};
+  std::atomic<int64_t> running{0}, queued{0};
+};
+
+class DecodeEngine {
+ public:
+  DecodeEngine(ZayaModel& model, EngineLimits limits);
+  ~DecodeEngine();  // stops the thread; sequences still running get Failed
+
+  // Queues sequences (all or none); false when the queue has no room for them.
+  bool submit(const std::vector<std::shared_ptr<Sequence>>& sequences);
+  const EngineCounters& counters() const { return counters_; }
+  const EngineLimits& limits() const { return limits_; }
+
+ private:
+  struct Running;
+  void loop();
+  // Prefill of a new sequence and its first token; false when it ended there.
+  bool start(Running& running);
+  // Samples the next token from logits [vocab] and posts it; false when the sequence ended.
+  bool advance(Running& running, const float* logits);
+
+  ZayaModel& model_;
+  const EngineLimits limits_;
+  EngineCounters counters_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<std::shared_ptr<Sequence>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zaya
