@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/output_guard.h"
 #include "core/error.h"
-#include "io/atomic_file.h"
+#include "data/model_tokenizer_files.h"
 #include "model/model_io.h"
 #include "train/checkpoint.h"
 
@@ -36,7 +36,7 @@ void run_export(const ExportArgs& args) {
   save_model(model.config, *model.params, args.out, {args.dtype});
   const fs::path tokenizer = fs::path(source) / "tokenizer.json";
   if (fs::exists(tokenizer))
-    write_file_atomic((fs::path(args.out) / "tokenizer.json").string(), read_text_file(tokenizer.string()));
+    write_model_tokenizer(args.out, tokenizer.string(), model.config.max_position_embeddings);
   std::printf("exported %s to %s (%s)\n", source.c_str(), args.out.c_str(), args.dtype.c_str());
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/model_tokenizer_files.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"
@@ -173,8 +174,8 @@ FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const s
     write_generation_config(snapshot.config, (temp / "generation_config.json").string());
     written.insert(written.end(), {"config.json", "generation_config.json", kCheckpointStateFile});
     if (!snapshot.tokenizer_path.empty()) {
-      write_file_atomic((temp / "tokenizer.json").string(), read_text_file(snapshot.tokenizer_path));
-      written.push_back("tokenizer.json");
+      write_model_tokenizer(temp.string(), snapshot.tokenizer_path, snapshot.config.max_position_embeddings);
+      written.insert(written.end(), {"tokenizer.json", "tokenizer_config.json"});
     }
     write_file_atomic(
         (temp / kCheckpointStateFile).string(),

@@ -2,7 +2,7 @@
 // Checkpoints: everything a run needs to continue exactly, under RUN/checkpoints/step_<N>/:
 //   config.json, model*.safetensors, generation_config.json the model in Hugging Face's layout (float32;
 //                                                            one shard per rank, written in parallel)
-//   tokenizer.json                                           the run's tokenizer, so export is a copy
+//   tokenizer.json, tokenizer_config.json                    the run's tokenizer, as transformers loads it
 //   optimizer-<r>-of-<R>.safetensors                         each rank's shard of the optimizer state
 //                                                            (AdamW moments / Muon momentum by parameter
 //                                                            name, expert weights' per expert as

@@ -63,13 +63,16 @@ struct RunState {
 TEST(Checkpoint, RoundTripsEverythingExactly) {
   test::TempDir dir;
   RunState saved(1);
-  test::write_bytes(dir.file("tokenizer.json"), "{\"fake\": true}");
-  write_checkpoint(take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing,
-                                 saved.state(20), dir.file("tokenizer.json")),
-                   dir.path(), 3);
+  const std::string tokenizer = test::fixture("tokenizer/byte_level.json");
+  write_checkpoint(
+      take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing, saved.state(20), tokenizer),
+      dir.path(), 3);
   const std::string found = find_checkpoint(dir.path());
   EXPECT_EQ(fs::path(found).filename(), "step_20");
-  EXPECT_TRUE(fs::exists(found + "/tokenizer.json"));
+  EXPECT_EQ(test::read_bytes(found + "/tokenizer.json"), test::read_bytes(tokenizer));
+  // transformers' AutoTokenizer needs the class and the special tokens named.
+  const std::string tokenizer_config = test::read_bytes(found + "/tokenizer_config.json");
+  EXPECT_NE(tokenizer_config.find("\"tokenizer_class\": \"PreTrainedTokenizerFast\""), std::string::npos);
 
   RunState loaded(2);
   const LoadedCheckpoint back = load_checkpoint(found, loaded.params, loaded.optimizer, loaded.balancing);
