@@ -18,6 +18,7 @@ packages=(
   libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
   libcpp-httplib-dev    # the HTTP server of zaya serve
+  curl                  # the client of the serve test
   python3.11-doc        # the default demo corpus: the Python documentation sources
 )
 

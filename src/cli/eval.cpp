@@ -108,8 +108,9 @@ void run_eval(const EvalArgs& args) {
   const Tokenizer& tokenizer = loaded.tokenizer;
   const int64_t max_length =
       args.max_length > 0 ? args.max_length : loaded.model.config.max_position_embeddings;
-  // A text or context that is empty is read after the end-of-text token, as lm-evaluation-harness does.
-  const std::optional<int32_t> boundary = tokenizer.eos_id() ? tokenizer.eos_id() : tokenizer.bos_id();
+  // A text or context that is empty is read after the beginning-of-text token (or else end-of-text), as
+  // lm-evaluation-harness does.
+  const std::optional<int32_t> boundary = tokenizer.bos_id() ? tokenizer.bos_id() : tokenizer.eos_id();
   if (!boundary) {
     throw Error("has no end-of-text or beginning-of-text token to start a text with")
         .file(loaded.tokenizer_path);

@@ -99,12 +99,21 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
 std::vector<LoglikelihoodRequest> rolling_windows(const std::vector<int32_t>& tokens, int64_t max_length,
                                                   int32_t prefix_token) {
   std::vector<LoglikelihoodRequest> windows;
-  for (size_t start = 0; start < tokens.size(); start += size_t(max_length)) {
-    const size_t end = std::min(tokens.size(), start + size_t(max_length));
+  const size_t length = size_t(max_length), total = tokens.size();
+  for (size_t predicted = 0, end = std::min(length, total); predicted < total;) {
     LoglikelihoodRequest window;
-    window.context = {start == 0 ? prefix_token : tokens[start - 1]};
-    window.continuation.assign(tokens.begin() + std::ptrdiff_t(start), tokens.begin() + std::ptrdiff_t(end));
+    if (predicted == 0) {
+      window.context = {prefix_token};
+    } else {
+      // The window's input is the max_length tokens before its last: all of it not predicted is context.
+      window.context.assign(tokens.begin() + std::ptrdiff_t(end - length - 1),
+                            tokens.begin() + std::ptrdiff_t(predicted));
+    }
+    window.continuation.assign(tokens.begin() + std::ptrdiff_t(predicted),
+                               tokens.begin() + std::ptrdiff_t(end));
     windows.push_back(std::move(window));
+    predicted = end;
+    end = std::min(total, end + length);
   }
   return windows;
 }

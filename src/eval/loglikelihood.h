@@ -37,8 +37,9 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
                                                       const std::vector<LoglikelihoodRequest>& requests,
                                                       int64_t max_length);
 
-// A text's tokens split into windows of at most max_length predicted tokens, each window's context the token
-// before it (or prefix_token for the first): every token is predicted once.
+// A text's tokens in windows of at most max_length predicted tokens, each token predicted once, as
+// lm-evaluation-harness rolls them: the first window after prefix_token, each later one with as much of the
+// text before it as fits in max_length inputs (a short last window sees more than the one token before it).
 std::vector<LoglikelihoodRequest> rolling_windows(const std::vector<int32_t>& tokens, int64_t max_length,
                                                   int32_t prefix_token);
 

@@ -131,8 +131,9 @@ CompletionRequest parse_completion_request(std::string_view body, const Tokenize
   }
   if (const json* v = field("stop")) {
     const json list = v->is_string() ? json::array({*v}) : *v;
-    if (!list.is_array() || list.size() > 4)
-      throw bad_request("'stop' must be a string or up to 4 strings", "stop");
+    // OpenAI allows 4; clients such as lm-evaluation-harness add the end-of-text string to a task's own.
+    if (!list.is_array() || list.size() > 64)
+      throw bad_request("'stop' must be a string or up to 64 strings", "stop");
     for (const json& stop : list) {
       if (!stop.is_string() || stop.get<std::string>().empty())
         throw bad_request("'stop' must hold non-empty strings", "stop");

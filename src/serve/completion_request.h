@@ -36,7 +36,7 @@ struct CompletionRequest {
   int64_t max_tokens = 16;                    // OpenAI's default
   SamplingRule rule{1.0, 1.0, 0};             // temperature 1, top_p 1, no top_k: OpenAI's defaults
   std::optional<uint64_t> seed;
-  std::vector<std::string> stop;  // up to 4 strings
+  std::vector<std::string> stop;  // up to 64 strings
   int64_t n = 1;
   bool stream = false;
   std::optional<int64_t> logprobs;  // alternatives per token, 0..20

@@ -298,6 +298,12 @@ json HttpServer::State::tokenizer_info() const {
 
 void HttpServer::State::routes() {
   http.set_payload_max_length(size_t(options.max_body_bytes));
+  // httplib's default adds SO_REUSEPORT, which lets a second server take the same port and share its
+  // connections; a port in use must be an error instead.
+  http.set_socket_options([](int socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http.new_task_queue = [this] {
     // A thread per open stream and request, and some for /health and /metrics while all are busy.
     return new httplib::ThreadPool(size_t(options.max_running + options.max_queued + 4));

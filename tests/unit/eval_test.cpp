@@ -111,7 +111,12 @@ TEST(Loglikelihood, RollingWindowsPredictEveryTokenOnce) {
   EXPECT_EQ(windows[0].context, std::vector<int32_t>({7}));
   EXPECT_EQ(windows[0].continuation, std::vector<int32_t>({10, 11, 12}));
   EXPECT_EQ(windows[1].context, std::vector<int32_t>({12}));
+  EXPECT_EQ(windows[1].continuation, std::vector<int32_t>({13, 14, 15}));
+  // The short last window reads the max_length (3) tokens before its one token, all of them context.
+  EXPECT_EQ(windows[2].context, std::vector<int32_t>({13, 14, 15}));
   EXPECT_EQ(windows[2].continuation, std::vector<int32_t>({16}));
+  EXPECT_EQ(rolling_windows({10, 11}, 3, 7).size(), 1u);
+  EXPECT_TRUE(rolling_windows({}, 3, 7).empty());
 }
 
 TEST(Loglikelihood, ContextAndContinuationSplitAsTheHarnessSplitsThem) {

@@ -100,7 +100,12 @@ TEST(CompletionRequest, RefusesWhatItCannotServeNamingTheField) {
   EXPECT_EQ(refusal(R"({"prompt": ["a", "b", "c"], "n": 3})").second, "n");  // 9 choices > 8
   EXPECT_EQ(refusal(R"({"prompt": "a", "logprobs": 21})").second, "logprobs");
   EXPECT_EQ(refusal(R"({"prompt": "a", "stream": "yes"})").second, "stream");
-  EXPECT_EQ(refusal(R"({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]})").second, "stop");
+  EXPECT_EQ(refusal(R"({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]})").first, 0);
+  EXPECT_EQ(
+      refusal(R"({"prompt": "a", "stop": )" + nlohmann::json(std::vector<std::string>(65, "x")).dump() + "}")
+          .second,
+      "stop");
+  EXPECT_EQ(refusal(R"({"prompt": "a", "stop": 3})").second, "stop");
   EXPECT_EQ(refusal(R"({"prompt": "a", "stop": [""]})").second, "stop");
   EXPECT_EQ(refusal(R"({"prompt": "a", "model": 3})").second, "model");
   EXPECT_EQ(refusal("{\"prompt\": \"\xff\"}").second, "");  // invalid UTF-8 is not JSON
