@@ -40,16 +40,18 @@ void run_generate(const GenerateArgs& args) {
   std::printf("%s", args.prompt.c_str());
   generate(model, prompt, options, [&](int32_t id) {
     if (options.stop_token && id == *options.stop_token) return;
-    // Decode everything so far and print what is new: a character may take several tokens.
+    // Decode everything so far and print what is new and settled: a character may take several tokens.
     produced.push_back(id);
     const std::string text = tokenizer.decode(produced, true);
-    if (text.size() > printed && (text.back() & 0xc0) != 0x80) {
-      std::printf("%s", text.c_str() + printed);
+    const size_t settled = Tokenizer::settled_length(text);
+    if (settled > printed) {
+      std::printf("%.*s", int(settled - printed), text.c_str() + printed);
       std::fflush(stdout);
-      printed = text.size();
+      printed = settled;
     }
   });
-  std::printf("\n");
+  const std::string text = tokenizer.decode(produced, true);  // with a character the budget left unfinished
+  std::printf("%s\n", text.substr(std::min(printed, text.size())).c_str());
 }
 
 }  // namespace

@@ -173,6 +173,23 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
+size_t Tokenizer::settled_length(std::string_view decoded) {
+  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";
+  size_t length = decoded.size();
+  // Back up over continuation bytes to the last character's lead byte; drop it unless all its bytes are
+  // there.
+  size_t lead = length;
+  while (lead > 0 && length - lead < 4 && (static_cast<unsigned char>(decoded[lead - 1]) & 0xc0) == 0x80)
+    --lead;
+  if (lead > 0) {
+    const unsigned char byte = static_cast<unsigned char>(decoded[lead - 1]);
+    const size_t need = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    if (length - (lead - 1) < need) length = lead - 1;
+  }
+  while (decoded.substr(0, length).ends_with(kReplacement)) length -= kReplacement.size();
+  return length;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

@@ -46,6 +46,11 @@ class Tokenizer {
   // tokenizers' decode(ids, skip_special_tokens): ids that are not in the vocabulary are skipped.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // Of the decoding of a growing list of ids (a stream), the length of the prefix that more ids cannot
+  // change: without a trailing incomplete UTF-8 character or trailing replacement characters (a character
+  // whose bytes span tokens decodes to U+FFFD until its last byte arrives).
+  static size_t settled_length(std::string_view decoded);
+
   // Largest id + 1, added tokens included.
   int64_t vocab_size() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;

@@ -6,17 +6,6 @@ namespace zaya {
 
 using json = nlohmann::json;
 
-size_t complete_utf8_prefix(const std::string& text, size_t length) {
-  // Back up over continuation bytes to the character's lead byte; keep it only when all its bytes are there.
-  size_t start = length;
-  while (start > 0 && length - start < 4 && (static_cast<unsigned char>(text[start - 1]) & 0xc0) == 0x80)
-    --start;
-  if (start == 0) return length;
-  const unsigned char lead = static_cast<unsigned char>(text[start - 1]);
-  const size_t need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-  return length - (start - 1) >= need ? length : start - 1;
-}
-
 CompletionChoice::CompletionChoice(const Tokenizer& tokenizer, const CompletionRequest& request,
                                    size_t prompt, int64_t index)
     : tokenizer_(tokenizer), request_(request), index_(index), prompt_text_(request.prompt_texts[prompt]) {
@@ -111,8 +100,10 @@ json CompletionChoice::next_delta() {
   for (const std::string& stop : request_.stop) longest_stop = std::max(longest_stop, stop.size());
   size_t ready = text_.size();
   if (!ended_) {
-    ready = ready >= longest_stop ? ready - (longest_stop > 0 ? longest_stop - 1 : 0) : 0;
-    ready = std::max(sent_text_, complete_utf8_prefix(text_, ready));
+    const size_t held_back = longest_stop > 0 ? longest_stop - 1 : 0;
+    ready = Tokenizer::settled_length(
+        std::string_view(text_).substr(0, ready > held_back ? ready - held_back : 0));
+    ready = std::max(sent_text_, ready);
   }
   std::string text = text_.substr(sent_text_, ready - sent_text_);
   if (request_.echo && !sent_prompt_) text = prompt_text_ + text;

@@ -30,7 +30,7 @@ class CompletionChoice {
   // The whole choice: {"index", "text", "logprobs", "finish_reason"}.
   nlohmann::json whole() const;
   // For a stream: what has not been sent yet and may be (text that could still turn out to begin a stop
-  // string, or an incomplete UTF-8 character, waits), or null when there is nothing new.
+  // string, or a character whose last bytes have not come, waits), or null when there is nothing new.
   nlohmann::json next_delta();
 
  private:
@@ -56,8 +56,5 @@ class CompletionChoice {
   size_t sent_text_ = 0, sent_entries_ = 0;
   bool sent_prompt_ = false, sent_end_ = false;
 };
-
-// The length of text's longest prefix that does not end inside a UTF-8 character.
-size_t complete_utf8_prefix(const std::string& text, size_t length);
 
 }  // namespace zaya

@@ -111,21 +111,42 @@ TEST(CompletionRequest, RefusesWhatItCannotServeNamingTheField) {
   EXPECT_EQ(refusal("{\"prompt\": \"\xff\"}").second, "");  // invalid UTF-8 is not JSON
 }
 
-TEST(CompletionChoice, CompleteUtf8Prefix) {
-  const std::string text = "a\xc3\xa9\xe2\x82\xac";  // a, é, €
-  EXPECT_EQ(complete_utf8_prefix(text, 6), 6u);
-  EXPECT_EQ(complete_utf8_prefix(text, 5), 3u);
-  EXPECT_EQ(complete_utf8_prefix(text, 4), 3u);
-  EXPECT_EQ(complete_utf8_prefix(text, 2), 1u);
-  EXPECT_EQ(complete_utf8_prefix(text, 1), 1u);
-}
-
 SequenceEvent token_event(int32_t id) {
   SequenceEvent event;
   event.token = id;
   event.logprobs.token = -1.0;
   event.logprobs.top = {{id, -1.0}};
   return event;
+}
+
+TEST(CompletionChoice, StreamsOnlyTextThatMoreTokensCannotChange) {
+  const std::string text = "a\xc3\xa9\xe2\x82\xac";  // a, é, €
+  EXPECT_EQ(Tokenizer::settled_length(text), 6u);
+  EXPECT_EQ(Tokenizer::settled_length(text.substr(0, 5)), 3u);
+  EXPECT_EQ(Tokenizer::settled_length(text.substr(0, 4)), 3u);
+  EXPECT_EQ(Tokenizer::settled_length(text.substr(0, 2)), 1u);
+  EXPECT_EQ(Tokenizer::settled_length("ab\xef\xbf\xbd\xef\xbf\xbd"), 2u);  // a split character, as decoded
+  // The first byte of a two-byte character decodes to U+FFFD, the second completes it: the stream sends the
+  // character once, whole.
+  CompletionRequest request = parse(R"({"prompt": "x"})");
+  CompletionChoice choice(byte_level(), request, 0, 0);
+  std::string pieces;
+  for (int32_t id : byte_level().encode("wo\xc4\x82"
+                                        "d")) {
+    choice.apply(token_event(id));
+    for (nlohmann::json delta = choice.next_delta(); !delta.is_null(); delta = choice.next_delta())
+      pieces += delta["text"].get<std::string>();
+  }
+  SequenceEvent end;
+  end.kind = SequenceEvent::Kind::Finished;
+  end.finish_reason = "length";
+  choice.apply(end);
+  for (nlohmann::json delta = choice.next_delta(); !delta.is_null(); delta = choice.next_delta())
+    pieces += delta["text"].get<std::string>();
+  EXPECT_EQ(pieces,
+            "wo\xc4\x82"
+            "d");
+  EXPECT_EQ(choice.whole()["text"], pieces);
 }
 
 TEST(CompletionChoice, StopStringsCutTheTextAndStreamedPiecesAddUpToIt) {
