@@ -1,5 +1,7 @@
 #include "dist/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -17,6 +19,12 @@ void require_agreement(Communicator& comm, const std::string& what, const std::s
     if (values[r] != values[0])
       throw Error(cat("ranks disagree on ", what, ": rank ", r, " differs from rank 0"));
   }
+}
+
+std::string host_name() {
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 }  // namespace zaya

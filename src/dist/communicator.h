@@ -69,6 +69,9 @@ bool launched_by_mpi();
 // counts) are moved in rounds; tests set it small to exercise that path.
 std::unique_ptr<Communicator> make_mpi_communicator(int64_t max_elements_per_call = 2147483647);
 
+// This machine's name (for messages that say where a rank runs, and file names).
+std::string host_name();
+
 // Part `index` of `total` items split into `parts` consecutive runs whose lengths differ by at most one.
 struct Share {
   int64_t first = 0, count = 0;

@@ -298,6 +298,9 @@ json HttpServer::State::tokenizer_info() const {
 
 void HttpServer::State::routes() {
   http.set_payload_max_length(size_t(options.max_body_bytes));
+  // A stream writes a small event per token: without TCP_NODELAY, Nagle's algorithm holds each back until
+  // the client's delayed acknowledgement of the one before (tens of milliseconds a token).
+  http.set_tcp_nodelay(true);
   // httplib's default adds SO_REUSEPORT, which lets a second server take the same port and share its
   // connections; a port in use must be an error instead.
   http.set_socket_options([](int socket) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 
 namespace zaya {
 namespace {
@@ -79,12 +80,10 @@ uint32_t crc32c(const void* data, size_t size) {
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir);
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   path_ = dir + "/events.out.tfevents." +
-          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "." + host + "." +
-          std::to_string(::getpid());
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "." + host_name() +
+          "." + std::to_string(::getpid());
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) throw Error(cat("cannot create: ", std::strerror(errno))).file(path_);
   std::string first;

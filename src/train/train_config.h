@@ -30,6 +30,11 @@ struct RunSection {
   double gradient_bucket_mb = 25;
   // Of the matrix products: "auto" (bf16 where the CPU has AVX512-BF16 or AMX, else fp32), "fp32", "bf16".
   std::string precision = "auto";
+  // A rank that makes no progress this long (a collective that does not complete: a peer's host frozen, a
+  // link down; a step that does not end) says what it waited for and ends the job with exit code 4, so that
+  // a scheduler restarts it from the last checkpoint (dist/hang_watchdog.h). More than the longest step or
+  // checkpoint write; 0: never.
+  double hang_timeout_s = 600;
 };
 
 // Where the model comes from: a preset, a ZAYA config.json, or a model directory to continue from.

@@ -20,6 +20,8 @@
 #include "core/threads.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "dist/hang_watchdog.h"
+#include "dist/watched_communicator.h"
 #include "infer/generator.h"
 #include "io/atomic_file.h"
 #include "model/model_io.h"
@@ -231,7 +233,18 @@ std::string one_line(std::string text) {
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config, const std::string& run_dir, const std::atomic<bool>& stop,
-                         Communicator& comm) {
+                         Communicator& world) {
+  // Every collective of the run goes through the watched communicator: when one does not complete within
+  // run.hang_timeout_s, the watchdog says which and ends the job.
+  std::unique_ptr<HangWatchdog> watchdog;
+  std::unique_ptr<Communicator> watched;
+  if (config.run.hang_timeout_s > 0) {
+    watchdog = std::make_unique<HangWatchdog>(
+        config.run.hang_timeout_s, cat("rank ", world.rank(), " of ", world.size(), " on ", host_name()));
+    watched = watch_communicator(
+        world, *watchdog, world.size() == 1 ? std::string("rank 0") : cat("ranks 0-", world.size() - 1));
+  }
+  Communicator& comm = watched ? *watched : world;
   const int rank = comm.rank(), ranks = comm.size();
   const bool leader = rank == 0;
   if (config.run.threads > 0) {
@@ -446,6 +459,11 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     }
 
     if (governor) governor->after_step();
+    if (watchdog) {
+      watchdog->progress(cat("computing step ", state.step + 2));
+      watchdog->set_context(cat("step ", state.step + 1, " done; the last checkpoint is ",
+                                last_checkpoint.empty() ? std::string("none yet") : last_checkpoint));
+    }
     ++state.step;
     state.tokens += step_tokens;
     state.stage_tokens += step_tokens;

@@ -1,14 +1,19 @@
 // The single-process communicator and the even split of work over ranks (the MPI communicator is tested
 // across processes by tests/integration/distributed_test.sh).
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/hang_watchdog.h"
+#include "dist/watched_communicator.h"
 
 namespace zaya {
 namespace {
@@ -46,6 +51,89 @@ TEST(SingleProcessCommunicator, IsRankZeroOfOneAndItsCollectivesCopy) {
   EXPECT_EQ(comm->all_gather_strings("me"), std::vector<std::string>{"me"});
   EXPECT_EQ(comm->split(3, 0)->size(), 1);
   require_agreement(*comm, "anything", "value");
+}
+
+// The watched communicator passes every collective through (the single-process results above), and a
+// split group is watched too.
+TEST(WatchedCommunicator, PassesCollectivesThrough) {
+  const std::unique_ptr<Communicator> inner = make_single_process_communicator();
+  HangWatchdog watchdog(60, "rank 0 of 1");
+  const std::unique_ptr<Communicator> comm = watch_communicator(*inner, watchdog, "rank 0");
+  std::vector<float> send = {1, 2, 3}, recv(3);
+  comm->reduce_scatter_sum(send.data(), recv.data(), {3});
+  EXPECT_EQ(recv, send);
+  int64_t values[2] = {4, 5};
+  comm->all_reduce_max(values, 2);
+  EXPECT_EQ(values[1], 5);
+  EXPECT_EQ(comm->all_gather_strings("me"), std::vector<std::string>{"me"});
+  const std::unique_ptr<Communicator> group = comm->split(1, 0);
+  EXPECT_EQ(group->size(), 1);
+  group->barrier();
+}
+
+// A communicator whose all-reduce never completes: a peer whose host froze.
+class StuckCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  int local_size() const override { return 1; }
+  void all_reduce_sum(float*, int64_t) override { stuck(); }
+  void all_reduce_sum(double*, int64_t) override { stuck(); }
+  void all_reduce_sum(int64_t*, int64_t) override { stuck(); }
+  void all_reduce_max(int64_t*, int64_t) override { stuck(); }
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
+                                                              std::vector<int64_t>) override {
+    stuck();
+  }
+  void all_gather(float*, const std::vector<int64_t>&) override { stuck(); }
+  void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {
+    stuck();
+  }
+  void broadcast(void*, int64_t, int) override { stuck(); }
+  std::vector<std::string> all_gather_strings(const std::string&) override { stuck(); }
+  void barrier() override { stuck(); }
+  std::unique_ptr<Communicator> split(int, int) override { stuck(); }
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+
+ private:
+  [[noreturn]] static void stuck() {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+};
+
+// A rank of two whose peer froze, waiting in the all-reduce that every step ends with.
+void wait_for_a_frozen_peer() {
+  StuckCommunicator peerless;
+  HangWatchdog watchdog(0.5, "rank 1 of 2 on host b");
+  const std::unique_ptr<Communicator> comm = watch_communicator(peerless, watchdog, "ranks 0-1");
+  watchdog.set_context("step 12 done; the last checkpoint is run/checkpoints/step_10");
+  std::vector<int64_t> requests(2, 0);
+  comm->all_reduce_max(requests.data(), 2);
+}
+
+// The messages are matched as substrings: Oniguruma (linked for the tokenizer) exports POSIX regcomp and
+// regexec, which take the place of the C library's in this process, so that gtest's regular expressions
+// match nothing.
+TEST(HangWatchdog, EndsAProcessStuckInACollectiveSayingWhere) {
+  EXPECT_EXIT(
+      wait_for_a_frozen_peer(), testing::ExitedWithCode(kHangExitCode),
+      testing::AllOf(testing::HasSubstr("rank 1 of 2 on host b: no progress for "),
+                     testing::HasSubstr("waiting in all-reduce (max) of 2 values with ranks 0-1; step 12 "
+                                        "done; the last checkpoint is run/checkpoints/step_10")));
+}
+
+TEST(HangWatchdog, ProgressKeepsAProcessAlive) {
+  // A second of progress every 0.1 s under a 0.3 s timeout: the process ends by itself, with 0.
+  EXPECT_EXIT(
+      {
+        HangWatchdog watchdog(0.3, "rank 0 of 1");
+        for (int i = 0; i < 10; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          watchdog.progress("computing");
+        }
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(0), testing::_);
 }
 
 }  // namespace
