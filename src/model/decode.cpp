@@ -72,21 +72,23 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
     LayerActivations& a = layers_[size_t(l)];
     allocate_layer(a, rows, choices + l * B);
     const LayerWeights& w = w_.layers[size_t(l)];
+    const LayerMatrices& m = m_.layers[size_t(l)];
     const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
     const AttentionShape one_token{1, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
 
     ops_.rmsnorm_forward(h, w.input_norm, B, H, dims_.rms_eps, a.xn1, a.rstd1);
-    ops_.gemm(Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, w.q_proj, H, 0.0f, a.qk0, C);
-    ops_.gemm(Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, w.k_proj, H, 0.0f, a.qk0 + QD, C);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
     if (w.q_bias) ops_.add_bias(a.qk0, B, QD, C, w.q_bias);
     if (w.k_bias) ops_.add_bias(a.qk0 + QD, B, KD, C, w.k_bias);
     ops_.qk_mean_forward(a.qk0, B, C, shape, a.q_res, a.k_res);
 
     // Values: this token's current half; the delayed half is the previous token's, kept in the cache.
     float* delayed = f(B * half);
-    ops_.gemm(Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, w.v_current, H, 0.0f, a.v, KD);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_current, H, 0.0f, a.v, KD);
     if (w.v_current_bias) ops_.add_bias(a.v, B, half, KD, w.v_current_bias);
-    ops_.gemm(Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, w.v_delayed, H, 0.0f, delayed, half);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_delayed, H, 0.0f, delayed,
+              half);
     if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
 
     for (int64_t i = 0; i < B; ++i) {
@@ -133,7 +135,7 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
       ops_.attention_decode(a.q + i * QD, state.keys.data(), state.values.data(), t + 1, one_token,
                             1.0f / std::sqrt(float(D)), a.o + i * QD);
     }
-    ops_.gemm(Trans::No, Trans::Yes, B, H, QD, 1.0f, a.o, QD, w.o_proj, QD, 0.0f, a.attn, H);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, B, H, QD, 1.0f, a.o, QD, m.o_proj, QD, 0.0f, a.attn, H);
     if (w.o_bias) ops_.add_bias(a.attn, B, H, H, w.o_bias);
 
     const ResidualScaleWeights& ra = w.attention_residual;
@@ -149,8 +151,8 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   float* rstd = f(B);
   ops_.rmsnorm_forward(h, w_.final_norm, B, H, dims_.rms_eps, normed, rstd);
   float* logits = f(B * dims_.vocab);
-  ops_.gemm(Trans::No, Trans::Yes, B, dims_.vocab, H, 1.0f, normed, H, w_.lm_head, H, 0.0f, logits,
-            dims_.vocab);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, dims_.vocab, H, 1.0f, normed, H, m_.lm_head, H, 0.0f,
+            logits, dims_.vocab);
   if (w_.lm_head_bias) ops_.add_bias(logits, B, dims_.vocab, dims_.vocab, w_.lm_head_bias);
   for (int64_t i = 0; i < B; ++i) ++caches[i]->length;
   return logits;
@@ -174,8 +176,8 @@ const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCach
     std::copy(a.k, a.k + count * KD, state.keys.begin());
     std::copy(a.v, a.v + count * KD, state.values.begin());
     state.conv_tail.assign(a.qk0 + (count - kept_rows) * C, a.qk0 + count * C);
-    ops_.gemm(Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (count - 1) * H, H, w.v_delayed, H, 0.0f,
-              state.delayed.data(), half);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (count - 1) * H, H,
+              m_.layers[size_t(l)].v_delayed, H, 0.0f, state.delayed.data(), half);
     if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
   }
   cache.length = count;

@@ -99,8 +99,9 @@ class ZayaModel {
   // cache is full or the token is outside the vocabulary.
   const float* decode_step(int32_t token, DecodeCache& cache);
   // Continuous batching: feeds tokens[i] to *caches[i], each at its own position, for `count` sequences
-  // decoded together (their matrix products and experts as one batch of rows), and returns their next
-  // tokens' logits [count, vocab]. Throws Error (before changing any cache) as decode_step does.
+  // decoded together (their matrix products and experts as one batch of rows, in this model's precision),
+  // and returns their next tokens' logits [count, vocab]. Throws Error (before changing any cache) as
+  // decode_step does.
   const float* decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count);
   // A prompt through the full forward pass (in this model's precision) into an empty cache, which then
   // continues with decode_step as if the prompt had been fed to it token by token. Returns the logits of

@@ -112,6 +112,47 @@ TEST_F(Bf16, Bf16OperandsGiveTheSameBitsAsRoundingInsideTheOp) {
   EXPECT_EQ(std::memcmp(from_f32.data(), from_bf16.data(), from_f32.size() * sizeof(float)), 0);
 }
 
+// Decoding's products, a few rows against bf16 weights [n, k], take their own path (the weights streamed
+// once): the same bound against the bf16-rounded inputs, with A given in f32 or in bf16, strided, scaled and
+// accumulating, k with a tail past the 8-lane vectors.
+TEST_F(Bf16, FewRowsAgainstBf16WeightsStayWithinTheRoundingBound) {
+  const int64_t n = 33, k = 1003, lda = k + 5, ldc = n + 2;
+  const std::vector<float> b = random_matrix(n * k, 8), c0 = random_matrix(8 * ldc, 9);
+  std::vector<BFloat16> b16(b.size());
+  cpu_ops().convert_to_bf16(b.data(), int64_t(b.size()), b16.data());
+  for (int64_t m : {1, 3, 8}) {
+    for (bool a_in_bf16 : {false, true}) {
+      const std::vector<float> a = random_matrix(m * lda, 10 + uint64_t(m));
+      std::vector<BFloat16> a16(a.size());
+      cpu_ops().convert_to_bf16(a.data(), int64_t(a.size()), a16.data());
+      std::vector<float> c = c0;
+      const float alpha = 0.5f, beta = m == 3 ? 1.0f : 0.0f;
+      cpu_ops().gemm(Precision::BF16, Trans::No, Trans::Yes, m, n, k, alpha,
+                     a_in_bf16 ? Operand(a16.data()) : Operand(a.data()), lda, b16.data(), k, beta, c.data(),
+                     ldc);
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double rounded = 0, magnitude = 0;
+          for (int64_t l = 0; l < k; ++l) {
+            const double product =
+                double(round_bf16(a[size_t(i * lda + l)])) * round_bf16(b[size_t(j * k + l)]);
+            rounded += product;
+            magnitude += std::abs(product);
+          }
+          const double before = c0[size_t(i * ldc + j)];
+          const double bound =
+              double(k + 2) * std::ldexp(1.0, -24) * (alpha * magnitude + std::abs(beta * before));
+          worst =
+              std::max(worst, std::abs(c[size_t(i * ldc + j)] - (alpha * rounded + beta * before)) / bound);
+        }
+        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[size_t(i * ldc + j)], c0[size_t(i * ldc + j)]);
+      }
+      EXPECT_LE(worst, 1.0) << m << " rows, A in " << (a_in_bf16 ? "bf16" : "f32");
+    }
+  }
+}
+
 TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
   const int64_t n = 32, k = 48;
   const std::vector<float> a = random_matrix(700 * k, 6), b = random_matrix(k * n, 7);
@@ -318,6 +359,28 @@ TEST_F(Bf16, ModelPassesStayCloseToFloat32) {
   int64_t same = 0;
   for (size_t i = 0; i < f32.choices.size(); ++i) same += f32.choices[i] == b16.choices[i];
   EXPECT_GE(double(same), 0.97 * double(f32.choices.size())) << "router choices";
+}
+
+// zaya serve --precision bf16: a prefill and then token-by-token decoding read the bf16 weight copies (the
+// few-row products), and stay as close to the float32 pass as a bf16 pass does (8u, as above).
+TEST_F(Bf16, DecodingStaysCloseToFloat32) {
+  ParameterStore params(model_dims(preset_config("small")));
+  init_parameters(params, 0.5, 3);
+  const int64_t seq = 24, prompt = 8, vocab = params.dims().vocab;
+  std::vector<int32_t> ids(seq);
+  for (int64_t i = 0; i < seq; ++i) ids[size_t(i)] = int32_t((i * 37 + 11) % vocab);
+  ZayaModel f32(params, cpu_ops(), Precision::F32);
+  const ForwardResult full = f32.forward({ids.data(), nullptr, nullptr, 1, seq}, true);
+  const std::vector<float> want(full.logits, full.logits + seq * vocab);
+  ZayaModel b16(params, cpu_ops(), Precision::BF16);
+  DecodeCache cache = make_decode_cache(params.dims(), seq);
+  const float* prefilled = b16.prefill(ids.data(), prompt, cache);
+  std::vector<float> got(prefilled, prefilled + prompt * vocab);
+  for (int64_t t = prompt; t < seq; ++t) {
+    const float* logits = b16.decode_step(ids[size_t(t)], cache);
+    got.insert(got.end(), logits, logits + vocab);
+  }
+  EXPECT_LE(test::relative_error(got, want), 8 * kUnit);
 }
 
 TEST_F(Bf16, WeightsChangedRefreshesTheCopies) {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/vec_math.h"
 #include "core/buffer.h"
 #include "core/error.h"
 
@@ -167,6 +168,62 @@ struct Bf16Matmul::State {
   }
 };
 
+namespace {
+
+// Decoding multiplies a few rows (one per sequence) by each weight matrix: the product is the time it takes
+// to read the weights once. oneDNN reorders the whole bf16 matrix into its blocked layout on every call,
+// which reads and writes it twice more; this streams each weight row once instead, widening bf16 to f32 in
+// registers (a bf16 value is the top half of a float), with f32 sums. A is rounded to bf16 as in every bf16
+// product.
+constexpr int64_t kFewRows = 8;
+
+using Bits8 = uint16_t __attribute__((vector_size(16)));
+using Wide8 = uint32_t __attribute__((vector_size(32)));
+
+// C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
+void few_rows_product(int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda, const BFloat16* b,
+                      int64_t ldb, float beta, float* c, int64_t ldc) {
+  // A's rows, rounded to bf16 and widened back, contiguous: [m, k].
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    if (a.type == DType::BF16) {
+      const BFloat16* from = static_cast<const BFloat16*>(a.data) + i * lda;
+      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = bf16_to_f32(from[j].bits);
+    } else {
+      const float* from = static_cast<const float*>(a.data) + i * lda;
+      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = bf16_to_f32(f32_to_bf16(from[j]));
+    }
+  }
+  const float* x = rows.data();
+  const int64_t vector_end = k / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(b + j * ldb);
+    Float8 sums[kFewRows] = {};
+    for (int64_t p = 0; p < vector_end; p += 8) {
+      Bits8 bits;
+      std::memcpy(&bits, w + p, sizeof bits);
+      const Float8 weights = std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16);
+      for (int64_t i = 0; i < m; ++i) {
+        Float8 values;
+        std::memcpy(&values, x + i * k + p, sizeof values);
+        sums[i] += values * weights;
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float sum = 0;
+      for (int lane = 0; lane < 8; ++lane) sum += sums[i][lane];
+      for (int64_t p = vector_end; p < k; ++p)
+        sum += x[i * k + p] * std::bit_cast<float>(uint32_t(w[p]) << 16);
+      float& out = c[i * ldc + j];
+      out = alpha * sum + (beta == 0.0f ? 0.0f : beta * out);
+    }
+  }
+}
+
+}  // namespace
+
 Bf16Matmul::Bf16Matmul() : state_(std::make_unique<State>()) {}
 Bf16Matmul::~Bf16Matmul() = default;
 
@@ -178,6 +235,10 @@ int64_t Bf16Matmul::primitives() const {
 void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
                      int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
+  if (m <= kFewRows && !ta && tb && b.type == DType::BF16) {
+    few_rows_product(m, n, k, alpha, a, lda, static_cast<const BFloat16*>(b.data), ldb, beta, c, ldc);
+    return;
+  }
   const int64_t mp = bf16_bucket(m), kp = bf16_bucket(k);
   // Rows past the last bucket below m run as a second product: the bulk then writes C directly, and only
   // the few rows left over go through padded scratch.
