@@ -160,27 +160,45 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
 
 const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache) {
   DecodeCache* one = &cache;
-  for (int64_t i = 0; i < count; ++i) require_decodable(tokens + i, &one, 1, count);
-  if (cache.length != 0) throw Error("prefill needs an empty decode cache");
+  return prefill(&tokens, &count, &one, 1);
+}
+
+const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* lengths,
+                                DecodeCache* const* caches, int64_t count) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < count; ++b) {
+    if (lengths[b] < 1) throw Error("prefill needs at least one token per prompt");
+    for (int64_t t = 0; t < lengths[b]; ++t) require_decodable(prompts[b] + t, caches + b, 1, lengths[b]);
+    if (caches[b]->length != 0) throw Error("prefill needs an empty decode cache");
+    longest = std::max(longest, lengths[b]);
+  }
   const int64_t H = dims_.hidden, C = dims_.conv_channels(), KD = dims_.kv_dim(), half = KD / 2;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
-  const ForwardResult result = forward({tokens, nullptr, nullptr, 1, count}, true);
+  // Right-padded to the longest: causal attention and convolution and per-token routing make what follows a
+  // prompt invisible to it.
+  std::vector<int32_t> ids(size_t(count * longest), 0);
+  for (int64_t b = 0; b < count; ++b)
+    std::copy(prompts[b], prompts[b] + lengths[b], ids.begin() + b * longest);
+  const ForwardResult result = forward({ids.data(), nullptr, nullptr, count, longest}, true);
   // The cache holds what the full pass computed: the keys (normalised, rotated) and values of every
   // position, the convolution's last input rows, and the last token's delayed value projection (which the
   // full pass shifted out of its output).
-  const int64_t kept_rows = std::min(count, tail_rows);
   for (int64_t l = 0; l < dims_.layers; ++l) {
     const LayerActivations& a = layers_[size_t(l)];
     const LayerWeights& w = w_.layers[size_t(l)];
-    DecodeCache::Layer& state = cache.layers[size_t(l)];
-    std::copy(a.k, a.k + count * KD, state.keys.begin());
-    std::copy(a.v, a.v + count * KD, state.values.begin());
-    state.conv_tail.assign(a.qk0 + (count - kept_rows) * C, a.qk0 + count * C);
-    ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (count - 1) * H, H,
-              m_.layers[size_t(l)].v_delayed, H, 0.0f, state.delayed.data(), half);
-    if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t first = b * longest, end = first + lengths[b],
+                    kept_rows = std::min(lengths[b], tail_rows);
+      DecodeCache::Layer& state = caches[b]->layers[size_t(l)];
+      std::copy(a.k + first * KD, a.k + end * KD, state.keys.begin());
+      std::copy(a.v + first * KD, a.v + end * KD, state.values.begin());
+      state.conv_tail.assign(a.qk0 + (end - kept_rows) * C, a.qk0 + end * C);
+      ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (end - 1) * H, H,
+                m_.layers[size_t(l)].v_delayed, H, 0.0f, state.delayed.data(), half);
+      if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
+    }
   }
-  cache.length = count;
+  for (int64_t b = 0; b < count; ++b) caches[b]->length = lengths[b];
   return result.logits;
 }
 

@@ -107,6 +107,10 @@ class ZayaModel {
   // continues with decode_step as if the prompt had been fed to it token by token. Returns the logits of
   // every position [count, vocab], valid until the next call.
   const float* prefill(const int32_t* tokens, int64_t count, DecodeCache& cache);
+  // Several prompts in one pass (right-padded to the longest), each into its own empty cache: the weights are
+  // read once for all of them. Logits [count, longest, vocab]: prompt b's position t at row b * longest + t.
+  const float* prefill(const int32_t* const* prompts, const int64_t* lengths, DecodeCache* const* caches,
+                       int64_t count);
 
   ParameterStore& params() { return params_; }
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.

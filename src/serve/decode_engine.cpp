@@ -82,26 +82,60 @@ bool drop_if_over(Sequence& sequence, EngineCounters& counters) {
 
 }  // namespace
 
-bool DecodeEngine::start(Running& running) {
-  const SequenceRequest& request = running.sequence->request();
-  const int64_t vocab = model_.params().dims().vocab, length = int64_t(request.prompt.size());
-  const float* logits = model_.prefill(request.prompt.data(), length, running.cache);
-  ++counters_.prefills;
-  counters_.prompt_tokens += length;
-  if (request.score_prompt) {
-    SequenceEvent scored;
-    scored.kind = SequenceEvent::Kind::PromptScored;
-    for (int64_t i = 1; i < length; ++i) {
-      scored.prompt.push_back(
-          token_logprobs(logits + (i - 1) * vocab, vocab, request.prompt[size_t(i)], request.top_logprobs));
+void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& running) {
+  const int64_t vocab = model_.params().dims().vocab;
+  // Groups prefilled in one pass each (the weights read once for all of them), their logits at most 256 MiB.
+  const int64_t logits_limit = int64_t(1) << 26;
+  for (size_t first = 0; first < joining.size();) {
+    size_t end = first;
+    int64_t longest = 0;
+    while (end < joining.size()) {
+      const int64_t length = int64_t(joining[end].sequence->request().prompt.size());
+      const int64_t wider = std::max(longest, length);
+      if (end > first && int64_t(end - first + 1) * wider * vocab > logits_limit) break;
+      longest = wider;
+      ++end;
     }
-    running.sequence->post(std::move(scored));
+    std::vector<const int32_t*> prompts;
+    std::vector<int64_t> lengths;
+    std::vector<DecodeCache*> caches;
+    for (size_t b = first; b < end; ++b) {
+      prompts.push_back(joining[b].sequence->request().prompt.data());
+      lengths.push_back(int64_t(joining[b].sequence->request().prompt.size()));
+      caches.push_back(&joining[b].cache);
+    }
+    const float* logits = nullptr;
+    try {
+      logits = model_.prefill(prompts.data(), lengths.data(), caches.data(), int64_t(caches.size()));
+    } catch (const std::exception& e) {
+      for (size_t b = first; b < end; ++b) joining[b].sequence->post(failed(e.what()));
+      first = end;
+      continue;
+    }
+    ++counters_.prefills;
+    for (size_t b = first; b < end; ++b) {
+      Running& joined = joining[b];
+      const SequenceRequest& request = joined.sequence->request();
+      const int64_t length = lengths[b - first];
+      const float* rows = logits + int64_t(b - first) * longest * vocab;
+      counters_.prompt_tokens += length;
+      if (request.score_prompt) {
+        SequenceEvent scored;
+        scored.kind = SequenceEvent::Kind::PromptScored;
+        for (int64_t i = 1; i < length; ++i) {
+          scored.prompt.push_back(
+              token_logprobs(rows + (i - 1) * vocab, vocab, request.prompt[size_t(i)], request.top_logprobs));
+        }
+        joined.sequence->post(std::move(scored));
+      }
+      if (request.max_tokens == 0) {
+        joined.sequence->post(finished("length"));
+      } else if (advance(joined, rows + (length - 1) * vocab)) {
+        running.push_back(std::move(joined));
+      }
+    }
+    first = end;
   }
-  if (request.max_tokens == 0) {
-    running.sequence->post(finished("length"));
-    return false;
-  }
-  return advance(running, logits + (length - 1) * vocab);
 }
 
 bool DecodeEngine::advance(Running& running, const float* logits) {
@@ -145,19 +179,16 @@ void DecodeEngine::loop() {
       }
       counters_.queued = int64_t(queue_.size());
     }
+    std::vector<Running> starting;
     for (std::shared_ptr<Sequence>& sequence : joining) {
       if (drop_if_over(*sequence, counters_)) continue;
       const SequenceRequest& request = sequence->request();
-      Running joined{
-          sequence,
-          make_decode_cache(model_.params().dims(), int64_t(request.prompt.size()) + request.max_tokens),
-          RandomStream(request.seed, RngPurpose::Sampling, 0)};
-      try {
-        if (start(joined)) running.push_back(std::move(joined));
-      } catch (const std::exception& e) {
-        sequence->post(failed(e.what()));
-      }
+      starting.push_back(
+          {sequence,
+           make_decode_cache(model_.params().dims(), int64_t(request.prompt.size()) + request.max_tokens),
+           RandomStream(request.seed, RngPurpose::Sampling, 0)});
     }
+    start(starting, running);
     running.erase(std::remove_if(running.begin(), running.end(),
                                  [&](Running& r) { return drop_if_over(*r.sequence, counters_); }),
                   running.end());

@@ -93,8 +93,9 @@ class DecodeEngine {
  private:
   struct Running;
   void loop();
-  // Prefill of a new sequence and its first token; false when it ended there.
-  bool start(Running& running);
+  // The prefill of new sequences (several in one pass) and their first tokens; those that go on join
+  // `running`.
+  void start(std::vector<Running>& joining, std::vector<Running>& running);
   // Samples the next token from logits [vocab] and posts it; false when the sequence ended.
   bool advance(Running& running, const float* logits);
 

@@ -435,6 +435,7 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
     }
     // Sequence b starts with a prefill of its first `prompt[b]` tokens (none for sequence 0, which is fed
     // token by token); then all three advance one token per batched step, each from its own position.
+    // prompt[1] is the longest, the padded length of the joint prefill.
     const int64_t prompt[B] = {0, 5, 1};
     std::vector<DecodeCache> caches;
     double worst = 0;
@@ -442,11 +443,13 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
       for (int64_t v = 0; v < V; ++v)
         worst = std::max(worst, double(std::abs(logits[v] - want[size_t(b)][size_t(position * V + v)])));
     };
-    for (int64_t b = 0; b < B; ++b) {
-      caches.push_back(make_decode_cache(dims, S));
-      if (prompt[b] == 0) continue;
-      const float* logits = model.prefill(ids[size_t(b)].data(), prompt[b], caches.back());
-      for (int64_t t = 0; t < prompt[b]; ++t) compare(b, t, logits + t * V);
+    for (int64_t b = 0; b < B; ++b) caches.push_back(make_decode_cache(dims, S));
+    // Sequences 1 and 2 prefilled together (padded to 5), as zaya serve admits several at once.
+    const int32_t* prompts[] = {ids[1].data(), ids[2].data()};
+    DecodeCache* prefilled[] = {&caches[1], &caches[2]};
+    const float* logits = model.prefill(prompts, prompt + 1, prefilled, 2);
+    for (int64_t b = 1; b < B; ++b) {
+      for (int64_t t = 0; t < prompt[b]; ++t) compare(b, t, logits + ((b - 1) * prompt[1] + t) * V);
     }
     for (;;) {
       std::vector<int32_t> tokens;
@@ -473,6 +476,8 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
     EXPECT_THROW(model.decode_batch(two, both, 2), Error);
     EXPECT_EQ(fresh.length, 0);
     EXPECT_THROW(model.prefill(ids[0].data(), S, caches[0]), Error);  // not empty
+    DecodeCache empty = make_decode_cache(dims, S);
+    EXPECT_THROW(model.prefill(ids[0].data(), S + 1, empty), Error);  // longer than the cache
   }
 }
 
