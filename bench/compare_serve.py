@@ -9,10 +9,12 @@ What it does
   Model: `zaya tokenizer train` makes a 512-token BPE tokenizer from the test fixtures, and
   `zaya init --preset PRESET --seed 1 --tokenizer ...` writes a randomly initialised float32 model directory
   (in a temporary directory, or under --workdir/PRESET where it is kept and reused). Both sides load that same
-  directory in float32 and get the same prompts as token ids (PROMPT_TOKENS ids cut from a fixture text with
-  the model's own tokenizer), so neither side's tokenizer is timed.
+  directory in --precision (fp32: float32 on both sides; bf16: transformers' dtype bfloat16 and
+  `zaya serve --precision bf16`, which reads bf16 weight copies) and get the same prompts as token ids
+  (PROMPT_TOKENS ids cut from a fixture text with the model's own tokenizer), so neither side's tokenizer is
+  timed.
 
-  transformers (in this process): AutoModelForCausalLM.from_pretrained(dtype=float32), torch.set_num_threads
+  transformers (in this process): AutoModelForCausalLM.from_pretrained(dtype), torch.set_num_threads
   (--threads), under torch.inference_mode, generate(ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)
   with its default KV cache, single stream.
     single tok/s = N / wall time of generate(N)                    (prefill included)
@@ -125,11 +127,11 @@ def _die_with_parent():
 
 
 class Server:
-    def __init__(self, model, threads, max_running, log_path):
+    def __init__(self, model, threads, max_running, log_path, precision):
         self.log_path = log_path
         self.log = open(log_path, "w")
         command = [str(ZAYA), "--threads", str(threads), "serve", "--model", str(model), "--port", "0",
-                   "--max-running", str(max_running)]
+                   "--max-running", str(max_running), "--precision", precision]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         preexec_fn=_die_with_parent)
         self.url = None
@@ -176,7 +178,7 @@ def percentile(values, q):
 
 
 class TransformersSide:
-    def __init__(self, model, threads):
+    def __init__(self, model, threads, precision):
         import torch
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as transformers_logging
@@ -185,7 +187,8 @@ class TransformersSide:
 
         self.torch = torch
         torch.set_num_threads(threads)
-        self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(model), dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
         self.model.eval()
         self.threads = torch.get_num_threads()
 
@@ -373,6 +376,8 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--max-running", type=int, default=8)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="the same on both sides: transformers' dtype, zaya serve --precision")
     parser.add_argument("--json", help="write every number here")
     parser.add_argument("--workdir", help="keep the tokenizer and model under WORKDIR/PRESET and reuse them")
     args = parser.parse_args()
@@ -384,7 +389,7 @@ def main():
     load_start = uptime()
     print(f"uptime at start: {load_start}")
     print(f"preset {args.preset}, threads {args.threads}, {args.new_tokens} new tokens, {args.runs} runs, "
-          f"{args.streams} streams, prompts of {PROMPT_TOKENS} tokens, float32 on both sides")
+          f"{args.streams} streams, prompts of {PROMPT_TOKENS} tokens, {args.precision} on both sides")
     print(run_checked([ZAYA, "info", "--preset", args.preset]).splitlines()[0])
 
     temp = None
@@ -401,9 +406,9 @@ def main():
         model = make_model(args.preset, workdir)
         tokenizer, prompts = make_prompts(model, max(args.streams, 1))
         prompt = prompts[0]
-        server = Server(model, args.threads, args.max_running, workdir / "serve.log")
+        server = Server(model, args.threads, args.max_running, workdir / "serve.log", args.precision)
         zaya = ZayaSide(server)
-        peer = TransformersSide(model, args.threads)
+        peer = TransformersSide(model, args.threads, args.precision)
         print(f"transformers: {type(peer.model).__name__}, torch threads {peer.threads}, "
               f"generation cache default (use_cache={peer.model.generation_config.use_cache})")
 
@@ -459,7 +464,7 @@ def main():
 
     print()
     print(f"medians of {args.runs} runs; preset {args.preset}, {args.threads} threads, {args.new_tokens} new tokens, "
-          f"{PROMPT_TOKENS}-token prompts, float32")
+          f"{PROMPT_TOKENS}-token prompts, {args.precision}")
     rows = [
         ("transformers single stream", f"{hf_single:.1f} tok/s", f"decode only {fmt(hf_decode)} tok/s"),
         ("zaya serve single stream", f"{z_single:.1f} tok/s", f"decode only {fmt(z_decode)} tok/s"),
@@ -484,7 +489,7 @@ def main():
         summary = {
             "preset": args.preset, "threads": args.threads, "new_tokens": args.new_tokens, "runs": args.runs,
             "streams": args.streams, "max_running": args.max_running, "prompt_tokens": PROMPT_TOKENS,
-            "dtype": "float32", "uptime_start": load_start, "uptime_end": load_end,
+            "precision": args.precision, "uptime_start": load_start, "uptime_end": load_end,
             "server_load_seconds": server.load_seconds,
             "medians": {"transformers_single_tok_s": hf_single, "transformers_decode_tok_s": hf_decode,
                         "zaya_single_tok_s": z_single, "zaya_decode_tok_s": z_decode,
