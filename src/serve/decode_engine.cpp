@@ -32,16 +32,14 @@ struct DecodeEngine::Running {
   int32_t last = 0;  // the token to feed next
 };
 
-DecodeEngine::DecodeEngine(ZayaModel& model, EngineLimits limits)
-    : model_(model), limits_(limits), thread_([this] { loop(); }) {}
+DecodeEngine::DecodeEngine(ZayaModel& model, EngineLimits limits) : model_(model), limits_(limits) {}
 
-DecodeEngine::~DecodeEngine() {
+void DecodeEngine::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   work_.notify_all();
-  thread_.join();
 }
 
 bool DecodeEngine::submit(const std::vector<std::shared_ptr<Sequence>>& sequences) {
@@ -160,7 +158,7 @@ bool DecodeEngine::advance(Running& running, const float* logits) {
   return true;
 }
 
-void DecodeEngine::loop() {
+void DecodeEngine::run() {
   std::vector<Running> running;
   for (;;) {
     std::vector<std::shared_ptr<Sequence>> joining;

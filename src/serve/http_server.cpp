@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "data/tokenizer.h"
@@ -420,10 +421,18 @@ int HttpServer::bind() {
 }
 
 void HttpServer::run() {
-  state_->http.listen_after_bind();
+  // HTTP on a thread of its own; the engine on this one (see DecodeEngine).
+  std::thread http([this] {
+    state_->http.listen_after_bind();
+    state_->engine.stop();
+  });
+  state_->engine.run();
+  state_->http.stop();
+  http.join();
 }
 
 void HttpServer::stop() {
+  state_->engine.stop();
   state_->http.stop();
 }
 

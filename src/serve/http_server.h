@@ -30,7 +30,8 @@ class HttpServer {
 
   // Binds the listening socket; returns the port (the chosen one for port 0). Throws Error when it cannot.
   int bind();
-  // Serves until stop() (from another thread or a signal handler's thread).
+  // Serves until stop() (from another thread or a signal handler's thread). The model runs on the calling
+  // thread, which should be the one that loaded it (see DecodeEngine).
   void run();
   void stop();
 

@@ -205,6 +205,20 @@ SequenceRequest request_for(std::vector<int32_t> prompt, int64_t max_tokens, dou
   return request;
 }
 
+// The engine's loop on a thread of its own for the life of a test.
+class EngineThread {
+ public:
+  explicit EngineThread(DecodeEngine& engine) : engine_(engine), thread_([&engine] { engine.run(); }) {}
+  ~EngineThread() {
+    engine_.stop();
+    thread_.join();
+  }
+
+ private:
+  DecodeEngine& engine_;
+  std::thread thread_;
+};
+
 std::shared_ptr<Sequence> sequence(std::vector<int32_t> prompt, int64_t max_tokens, double temperature,
                                    uint64_t seed) {
   return std::make_shared<Sequence>(request_for(std::move(prompt), max_tokens, temperature, seed));
@@ -246,6 +260,7 @@ TEST(DecodeEngine, SequencesDecodedTogetherGetTheTokensTheyGetAlone) {
     sequences.push_back(sequence(prompt, alone.max_new_tokens, temperature, alone.seed));
   }
   DecodeEngine engine(tiny.model, {4, 16});
+  EngineThread running(engine);
   ASSERT_TRUE(engine.submit({sequences[0], sequences[1], sequences[2]}));
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(engine.submit({sequences[3], sequences[4], sequences[5]}));
@@ -261,6 +276,7 @@ TEST(DecodeEngine, SequencesDecodedTogetherGetTheTokensTheyGetAlone) {
 TEST(DecodeEngine, ScoresPromptsCancelsAndKeepsDeadlinesAndItsQueueLimit) {
   TinyModel tiny;
   DecodeEngine engine(tiny.model, {2, 3});
+  EngineThread running(engine);
   // max_tokens 0 with score_prompt: the prompt's log-probabilities, then the end.
   SequenceRequest scoring = request_for({5, 6, 7, 8}, 0, 0.0, 1);
   scoring.score_prompt = true;

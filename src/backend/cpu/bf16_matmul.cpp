@@ -1,5 +1,6 @@
 #include "backend/cpu/bf16_matmul.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <bit>
@@ -172,53 +173,120 @@ namespace {
 
 // Decoding multiplies a few rows (one per sequence) by each weight matrix: the product is the time it takes
 // to read the weights once. oneDNN reorders the whole bf16 matrix into its blocked layout on every call,
-// which reads and writes it twice more; this streams each weight row once instead, widening bf16 to f32 in
-// registers (a bf16 value is the top half of a float), with f32 sums. A is rounded to bf16 as in every bf16
-// product.
+// which reads and writes it twice more; this streams each weight row once instead. A is rounded to bf16 as in
+// every bf16 product; the sums are f32.
 constexpr int64_t kFewRows = 8;
 
 using Bits8 = uint16_t __attribute__((vector_size(16)));
 using Wide8 = uint32_t __attribute__((vector_size(32)));
 
-// C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
-void few_rows_product(int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda, const BFloat16* b,
-                      int64_t ldb, float beta, float* c, int64_t ldc) {
-  // A's rows, rounded to bf16 and widened back, contiguous: [m, k].
-  thread_local std::vector<float> rows;
-  rows.resize(size_t(m * k));
-  for (int64_t i = 0; i < m; ++i) {
-    if (a.type == DType::BF16) {
-      const BFloat16* from = static_cast<const BFloat16*>(a.data) + i * lda;
-      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = bf16_to_f32(from[j].bits);
-    } else {
-      const float* from = static_cast<const float*>(a.data) + i * lda;
-      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = bf16_to_f32(f32_to_bf16(from[j]));
+// C[i, j] for the M rows of A (bf16, [M, k] contiguous) and row j of B, stored at c[i * ldc]. With
+// AVX512-BF16 (every CPU whose bf16 products are fast here has it), vdpbf16ps multiplies 32 pairs at once
+// with f32 sums, two sums per row to hide its latency; elsewhere 8 lanes at a time, bf16 widened to f32 (a
+// bf16 value is the top half of a float). M is a constant, so that the sums stay in registers.
+template <int M>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void few_rows_dot_avx512(const uint16_t* x, int64_t k,
+                                                                                const uint16_t* w,
+                                                                                float* dots) {
+  __m512 sums[M][2];
+  for (int i = 0; i < M; ++i) sums[i][0] = sums[i][1] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 64 <= k; p += 64) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + p), w1 = (__m512bh)_mm512_loadu_si512(w + p + 32);
+    for (int i = 0; i < M; ++i) {
+      sums[i][0] = _mm512_dpbf16_ps(sums[i][0], (__m512bh)_mm512_loadu_si512(x + i * k + p), w0);
+      sums[i][1] = _mm512_dpbf16_ps(sums[i][1], (__m512bh)_mm512_loadu_si512(x + i * k + p + 32), w1);
     }
   }
-  const float* x = rows.data();
+  for (; p < k; p += 32) {
+    const __mmask32 lanes = k - p >= 32 ? ~__mmask32(0) : (__mmask32(1) << (k - p)) - 1;
+    const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi16(lanes, w + p);
+    for (int i = 0; i < M; ++i)
+      sums[i][0] = _mm512_dpbf16_ps(sums[i][0], (__m512bh)_mm512_maskz_loadu_epi16(lanes, x + i * k + p), w0);
+  }
+  for (int i = 0; i < M; ++i) {
+    // Not _mm512_reduce_add_ps: GCC 12's header warns inside it (-Wuninitialized).
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(sums[i][0], sums[i][1]));
+    dots[i] = 0;
+    for (float lane : lanes) dots[i] += lane;
+  }
+}
+
+template <int M>
+void few_rows_dot_portable(const uint16_t* x, int64_t k, const uint16_t* w, float* dots) {
+  Float8 sums[M] = {};
   const int64_t vector_end = k / 8 * 8;
+  for (int64_t p = 0; p < vector_end; p += 8) {
+    Bits8 bits;
+    std::memcpy(&bits, w + p, sizeof bits);
+    const Float8 weights = std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16);
+    for (int i = 0; i < M; ++i) {
+      std::memcpy(&bits, x + i * k + p, sizeof bits);
+      sums[i] += std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16) * weights;
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    float sum = 0;
+    for (int lane = 0; lane < 8; ++lane) sum += sums[i][lane];
+    for (int64_t p = vector_end; p < k; ++p) sum += bf16_to_f32(x[i * k + p]) * bf16_to_f32(w[p]);
+    dots[i] = sum;
+  }
+}
+
+template <int M>
+void few_rows_columns(const uint16_t* x, int64_t n, int64_t k, const BFloat16* b, int64_t ldb, float alpha,
+                      float beta, float* c, int64_t ldc) {
+  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(b + j * ldb);
-    Float8 sums[kFewRows] = {};
-    for (int64_t p = 0; p < vector_end; p += 8) {
-      Bits8 bits;
-      std::memcpy(&bits, w + p, sizeof bits);
-      const Float8 weights = std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16);
-      for (int64_t i = 0; i < m; ++i) {
-        Float8 values;
-        std::memcpy(&values, x + i * k + p, sizeof values);
-        sums[i] += values * weights;
-      }
+    float dots[M];
+    if (avx512_bf16) {
+      few_rows_dot_avx512<M>(x, k, w, dots);
+    } else {
+      few_rows_dot_portable<M>(x, k, w, dots);
     }
-    for (int64_t i = 0; i < m; ++i) {
-      float sum = 0;
-      for (int lane = 0; lane < 8; ++lane) sum += sums[i][lane];
-      for (int64_t p = vector_end; p < k; ++p)
-        sum += x[i * k + p] * std::bit_cast<float>(uint32_t(w[p]) << 16);
+    for (int i = 0; i < M; ++i) {
       float& out = c[i * ldc + j];
-      out = alpha * sum + (beta == 0.0f ? 0.0f : beta * out);
+      out = alpha * dots[i] + (beta == 0.0f ? 0.0f : beta * out);
     }
+  }
+}
+
+// C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
+void few_rows_product(int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda, const BFloat16* b,
+                      int64_t ldb, float beta, float* c, int64_t ldc) {
+  // A's rows in bf16, contiguous: [m, k].
+  thread_local std::vector<uint16_t> rows;
+  rows.resize(size_t(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    if (a.type == DType::BF16) {
+      std::memcpy(rows.data() + i * k, static_cast<const BFloat16*>(a.data) + i * lda,
+                  size_t(k) * sizeof(uint16_t));
+    } else {
+      const float* from = static_cast<const float*>(a.data) + i * lda;
+      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = f32_to_bf16(from[j]);
+    }
+  }
+  const uint16_t* x = rows.data();
+  switch (m) {
+    case 1:
+      return few_rows_columns<1>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 2:
+      return few_rows_columns<2>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 3:
+      return few_rows_columns<3>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 4:
+      return few_rows_columns<4>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 5:
+      return few_rows_columns<5>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 6:
+      return few_rows_columns<6>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    case 7:
+      return few_rows_columns<7>(x, n, k, b, ldb, alpha, beta, c, ldc);
+    default:
+      return few_rows_columns<8>(x, n, k, b, ldb, alpha, beta, c, ldc);
   }
 }
 
