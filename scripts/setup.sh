@@ -19,6 +19,7 @@ packages=(
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
   libcpp-httplib-dev    # the HTTP server of zaya serve
   curl                  # the client of the serve test
+  iproute2              # network namespaces: the hosts of the hosts test
   python3.11-doc        # the default demo corpus: the Python documentation sources
 )
 

@@ -117,7 +117,7 @@ fault() {
   case $how in
     training) ip netns exec "$tag-h2" ip link set eth1 down ;;
     freeze) for pid in $(ip netns pids "$tag-h2"); do
-              [ "$(ps -o comm= -p "$pid")" = zaya ] && kill -STOP "$pid"
+              [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = zaya ] && kill -STOP "$pid"
             done ;;
     cut) ip netns exec "$tag-h2" ip link set eth0 down && ip netns exec "$tag-h2" ip link set eth1 down ;;
   esac
