@@ -148,7 +148,13 @@ grep -q '"choice_loglikelihoods"' "$tmp/eval.json" && ok "eval: per-item log-lik
   fail "eval JSON: $(head -c 300 "$tmp/eval.json")"
 check "eval: not a task file" 1 "text.txt: line 1" -- "$zaya" eval --model "$tmp/model" \
   --task "$fixtures/eval/text.txt"
-check "eval: nothing to score" 1 "give at least one --task or --text" -- "$zaya" eval --model "$tmp/model"
+check "eval: nothing to score" 1 "give at least one --task, --text or --dataset" -- "$zaya" eval --model "$tmp/model"
+"$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$fixtures/eval/text.txt" --output "$tmp/docs" > /dev/null 2>&1
+check "eval: a prepared dataset's documents" 0 "bits/byte" -- "$zaya" eval --model "$tmp/model" \
+  --dataset "$tmp/docs_train" --json "$tmp/dataset.json"
+grep -q '"documents": 1' "$tmp/dataset.json" && ok "eval: the dataset's document counted" ||
+  fail "eval dataset JSON: $(head -c 300 "$tmp/dataset.json")"
+check "eval: a dataset that is not there" 1 "$tmp/none" -- "$zaya" eval --model "$tmp/model" --dataset "$tmp/none"
 check "eval: --json over its input" 1 "--force" -- "$zaya" eval --model "$tmp/model" \
   --task "$tmp/eval.json" --json "$tmp/eval.json"
 
