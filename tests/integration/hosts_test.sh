@@ -26,25 +26,29 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# inside NS COMMAND...: COMMAND in namespace NS's network (nsenter, not `ip netns exec`, which remounts / and fails
+# in a chroot such as the fresh-machine check's).
+inside() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
+command -v nsenter > /dev/null || skip "no nsenter (util-linux)"
 ip netns add "$tag-sw" 2>/dev/null || skip "cannot create a network namespace here (no CAP_SYS_ADMIN?)"
-ip netns exec "$tag-sw" ip link add br0 type bridge 2>/dev/null || skip "cannot create a bridge in a namespace"
-ip netns exec "$tag-sw" ip link add br1 type bridge
-ip netns exec "$tag-sw" ip link set br0 up
-ip netns exec "$tag-sw" ip link set br1 up
+inside "$tag-sw" ip link add br0 type bridge 2>/dev/null || skip "cannot create a bridge in a namespace"
+inside "$tag-sw" ip link add br1 type bridge
+inside "$tag-sw" ip link set br0 up
+inside "$tag-sw" ip link set br1 up
 for i in 1 2; do
   ns=$tag-h$i
   ip netns add "$ns"
-  ip netns exec "$ns" ip link set lo up
+  inside "$ns" ip link set lo up
   # eth0 on the management bridge (br0), eth1 on the training bridge (br1).
   for n in 0 1; do
     ip link add "$tag-$n$i" type veth peer name "eth$n" netns "$ns"
     ip link set "$tag-$n$i" netns "$tag-sw"
-    ip netns exec "$tag-sw" ip link set "$tag-$n$i" master "br$n" up
+    inside "$tag-sw" ip link set "$tag-$n$i" master "br$n" up
   done
-  ip netns exec "$ns" ip addr add "${management[$((i - 1))]}/24" dev eth0
-  ip netns exec "$ns" ip addr add "${training[$((i - 1))]}/24" dev eth1
-  ip netns exec "$ns" ip link set eth0 up
-  ip netns exec "$ns" ip link set eth1 up
+  inside "$ns" ip addr add "${management[$((i - 1))]}/24" dev eth0
+  inside "$ns" ip addr add "${training[$((i - 1))]}/24" dev eth1
+  inside "$ns" ip link set eth0 up
+  inside "$ns" ip link set eth1 up
 done
 ok "two hosts, each on a management (10.77.0.0/24) and a training (10.78.0.0/24) network"
 
@@ -54,14 +58,14 @@ cat > "$tmp/agent.sh" <<AGENT
 #!/usr/bin/env bash
 host=\$1; shift
 case \$host in ${management[0]}) ns=$tag-h1 ;; ${management[1]}) ns=$tag-h2 ;; *) echo "agent: unknown host \$host" >&2; exit 1 ;; esac
-exec ip netns exec "\$ns" sh -c "\$*"
+exec nsenter --net="/run/netns/\$ns" sh -c "\$*"
 AGENT
 chmod +x "$tmp/agent.sh"
 # across ARGS...: mpirun on host 1, one rank on each host; the collectives on the training network, the
 # daemons on the management network, and the launcher's keepalive on its daemons set as the README says
 # (a daemon cut off is noticed in seconds, not Open MPI's default of 8 minutes).
 across() {
-  timeout 300 ip netns exec "$tag-h1" mpirun --allow-run-as-root --host "${management[0]},${management[1]}" \
+  timeout 300 nsenter --net="/run/netns/$tag-h1" mpirun --allow-run-as-root --host "${management[0]},${management[1]}" \
     --mca plm_rsh_agent "$tmp/agent.sh" --mca btl tcp,self --mca pml ob1 \
     --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 -x PATH "$@"
@@ -115,19 +119,19 @@ fault() {
   local broken_at
   broken_at=$(date +%s.%N)
   case $how in
-    training) ip netns exec "$tag-h2" ip link set eth1 down ;;
+    training) inside "$tag-h2" ip link set eth1 down ;;
     freeze) for pid in $(ip netns pids "$tag-h2"); do
               [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = zaya ] && kill -STOP "$pid"
             done ;;
-    cut) ip netns exec "$tag-h2" ip link set eth0 down && ip netns exec "$tag-h2" ip link set eth1 down ;;
+    cut) inside "$tag-h2" ip link set eth0 down && inside "$tag-h2" ip link set eth1 down ;;
   esac
   wait $launcher
   local code=$?
   local seconds
   seconds=$(awk -v now="$(date +%s.%N)" -v then="$broken_at" 'BEGIN { printf "%.1f", now - then }')
   ip netns pids "$tag-h2" | xargs -r kill -9 2>/dev/null
-  ip netns exec "$tag-h2" ip link set eth0 up
-  ip netns exec "$tag-h2" ip link set eth1 up
+  inside "$tag-h2" ip link set eth0 up
+  inside "$tag-h2" ip link set eth1 up
   if [ $code -ne 0 ] && [ $code -ne 124 ] && grep -q "$want" "$run.log" &&
     awk -v s="$seconds" -v t=$timeout_s 'BEGIN { exit !(s < t + 15) }'; then
     ok "$name: the job ended $seconds s after the fault (exit $code): $(grep -m1 -o "$want.*" "$run.log" | cut -c1-160)"
