@@ -29,8 +29,9 @@ What it does
     STREAMS concurrent clients (one thread each, each with its own prompt, stream=True, started together
     behind a barrier) ask for logprobs=0 as well: the server then sends one chunk per token even when its text
     is empty (ids beyond the 512-token tokenizer print as nothing, as do a character's first bytes), so the
-    chunks count tokens exactly and time the first one. (The engine scores the chosen token whether asked or
-    not; asking adds only its few bytes to each chunk. The non-streamed requests do not ask.)
+    chunks count tokens exactly and time the first one. (Asking costs the engine one log-sum-exp over the
+    vocabulary per token, well under 1% of a step, and a few bytes per chunk. The non-streamed requests do not
+    ask.)
       total tok/s = all tokens / wall time from the first request sent to the last stream done
       TTFT        = per client, time from sending its request to the first chunk that carries a token;
                     p50 is the median, p99 the nearest-rank 99th percentile, which for fewer than 100

@@ -1,10 +1,16 @@
 #include "dist/watched_communicator.h"
 
+#include <numeric>
+
 #include "core/error.h"
 #include "dist/hang_watchdog.h"
 
 namespace zaya {
 namespace {
+
+int64_t total(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t(0));
+}
 
 class WatchedPending final : public PendingCollective {
  public:
@@ -51,21 +57,16 @@ class WatchedCommunicator final : public Communicator {
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
                                                               std::vector<int64_t> counts) override {
-    int64_t total = 0;
-    for (int64_t c : counts) total += c;
+    const std::string what = describe("reduce-scatter", total(counts));
     return std::make_unique<WatchedPending>(inner_.start_reduce_scatter_sum(send, recv, std::move(counts)),
-                                            watchdog_, describe("reduce-scatter", total));
+                                            watchdog_, what);
   }
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
-    int64_t total = 0;
-    for (int64_t c : counts) total += c;
-    run("all-gather", total, [&] { inner_.all_gather(data, counts); });
+    run("all-gather", total(counts), [&] { inner_.all_gather(data, counts); });
   }
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
                   const std::vector<int64_t>& recv_counts) override {
-    int64_t total = 0;
-    for (int64_t c : send_counts) total += c;
-    run("all-to-all", total, [&] { inner_.all_to_all(send, send_counts, recv, recv_counts); });
+    run("all-to-all", total(send_counts), [&] { inner_.all_to_all(send, send_counts, recv, recv_counts); });
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     run("broadcast (bytes)", bytes, [&] { inner_.broadcast(data, bytes, root); });

@@ -70,7 +70,7 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return inputs[a].size() > inputs[b].size(); });
-  const int64_t tokens_per_pass = std::clamp<int64_t>((int64_t(1) << 26) / vocab, 1, 4096);
+  const int64_t tokens_per_pass = std::clamp<int64_t>(kLogitsPerPass / vocab, 1, 4096);
   for (size_t first = 0; first < order.size();) {
     const int64_t seq = int64_t(inputs[order[first]].size());
     const size_t count = std::min(order.size() - first, size_t(std::max<int64_t>(1, tokens_per_pass / seq)));

@@ -34,26 +34,24 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
   return decode_batch(&token, &one, 1);
 }
 
-void ZayaModel::require_decodable(const int32_t* tokens, DecodeCache* const* caches, int64_t count,
-                                  int64_t new_tokens) const {
+void ZayaModel::require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const {
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] >= dims_.vocab) {
       throw Error(cat("token id ", tokens[i], " is outside the vocabulary of ", dims_.vocab)).field("prompt");
     }
-    if (caches[i]->length + new_tokens > caches[i]->capacity) {
-      throw Error(cat("the decode cache holds ", caches[i]->capacity, " tokens; ", caches[i]->length,
-                      " are in it and ", new_tokens, " more do not fit"));
-    }
-    if (int64_t(caches[i]->layers.size()) != dims_.layers)
-      throw Error("a decode cache made for a different model");
   }
+  if (cache.length + count > cache.capacity) {
+    throw Error(cat("the decode cache holds ", cache.capacity, " tokens; ", cache.length, " are in it and ",
+                    count, " more do not fit"));
+  }
+  if (int64_t(cache.layers.size()) != dims_.layers) throw Error("a decode cache made for a different model");
   if (!params_.table().holds_all_experts())
     throw Error(
         "incremental decoding runs every expert here; this rank holds only some (expert parallelism)");
 }
 
 const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count) {
-  require_decodable(tokens, caches, count, 1);
+  for (int64_t i = 0; i < count; ++i) require_decodable(tokens + i, 1, *caches[i]);
   const int64_t B = count, H = dims_.hidden, C = dims_.conv_channels();
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
@@ -168,7 +166,7 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
   int64_t longest = 0;
   for (int64_t b = 0; b < count; ++b) {
     if (lengths[b] < 1) throw Error("prefill needs at least one token per prompt");
-    for (int64_t t = 0; t < lengths[b]; ++t) require_decodable(prompts[b] + t, caches + b, 1, lengths[b]);
+    require_decodable(prompts[b], lengths[b], *caches[b]);
     if (caches[b]->length != 0) throw Error("prefill needs an empty decode cache");
     longest = std::max(longest, lengths[b]);
   }

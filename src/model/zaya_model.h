@@ -51,6 +51,10 @@ struct RouterLayerStats {
   double lse_square_sum = 0;      // sum over tokens of the logits' log-sum-exp squared
 };
 
+// The most logits one forward pass that keeps them should hold (floats: 256 MiB); callers that score many
+// sequences (zaya eval, zaya serve's prefill) size their passes by it.
+inline constexpr int64_t kLogitsPerPass = int64_t(1) << 26;
+
 struct ForwardResult {
   double loss_sum = 0;                     // summed cross-entropy over the labelled positions
   int64_t labelled = 0;                    // how many positions had a label
@@ -119,10 +123,9 @@ class ZayaModel {
  private:
   ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
   void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
-  // Throws Error unless every token is in the vocabulary, every cache has room for new_tokens more and this
-  // rank holds every expert.
-  void require_decodable(const int32_t* tokens, DecodeCache* const* caches, int64_t count,
-                         int64_t new_tokens) const;
+  // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
+  // every expert.
+  void require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const;
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
   // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the

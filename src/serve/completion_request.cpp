@@ -13,6 +13,30 @@ ApiError bad_request(std::string message, std::string param) {
   return ApiError(400, "invalid_request_error", std::move(message), std::move(param));
 }
 
+std::vector<int32_t> parse_token_ids(const nlohmann::json& list, int64_t vocab, const char* field) {
+  if (!list.is_array()) throw bad_request(cat("'", field, "' must be a list of token ids"), field);
+  std::vector<int32_t> ids;
+  for (const nlohmann::json& id : list) {
+    // Integers beyond int64 parse as unsigned; their int64 value would wrap.
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab ||
+        (id.is_number_unsigned() && id.get<uint64_t>() >= uint64_t(vocab)))
+      throw bad_request(cat("'", field, "' holds ", id.dump(), ", not a token id below ", vocab), field);
+    ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+nlohmann::json parse_request_body(std::string_view body) {
+  nlohmann::json doc;
+  try {
+    doc = parse_json(body, "the request body");
+  } catch (const Error& e) {
+    throw bad_request(e.message());
+  }
+  if (!doc.is_object()) throw bad_request("the request body must be a JSON object");
+  return doc;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -41,17 +65,6 @@ bool boolean(const json& value, const char* field) {
   return value.get<bool>();
 }
 
-std::vector<int32_t> token_ids(const json& list, const RequestLimits& limits) {
-  std::vector<int32_t> ids;
-  for (const json& id : list) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limits.vocab ||
-        (id.is_number_unsigned() && id.get<uint64_t>() >= uint64_t(limits.vocab)))
-      throw bad_request(cat("'prompt' holds ", id.dump(), ", not a token id below ", limits.vocab), "prompt");
-    ids.push_back(int32_t(id.get<int64_t>()));
-  }
-  return ids;
-}
-
 // prompt: a string, a list of token ids, a list of strings, or a list of lists of token ids.
 void read_prompts(const json& prompt, const Tokenizer& tokenizer, const RequestLimits& limits,
                   CompletionRequest& out) {
@@ -64,7 +77,7 @@ void read_prompts(const json& prompt, const Tokenizer& tokenizer, const RequestL
     out.prompt_texts.push_back(text);
   };
   auto add_ids = [&](const json& list) {
-    out.prompts.push_back(token_ids(list, limits));
+    out.prompts.push_back(parse_token_ids(list, limits.vocab, "prompt"));
     out.prompt_texts.push_back(tokenizer.decode(out.prompts.back()));
   };
   if (prompt.is_string()) {
@@ -93,13 +106,7 @@ void read_prompts(const json& prompt, const Tokenizer& tokenizer, const RequestL
 
 CompletionRequest parse_completion_request(std::string_view body, const Tokenizer& tokenizer,
                                            const RequestLimits& limits) {
-  json doc;
-  try {
-    doc = parse_json(body, "the request body");
-  } catch (const Error& e) {
-    throw bad_request(e.message());
-  }
-  if (!doc.is_object()) throw bad_request("the request body must be a JSON object");
+  const json doc = parse_request_body(body);
   CompletionRequest out;
   const auto field = [&](const char* name) -> const json* {
     const auto it = doc.find(name);

@@ -4,6 +4,7 @@
 // Fields this server does not know are ignored, as OpenAI-compatible servers do.
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,11 @@ struct ApiError : std::runtime_error {
 
 // An invalid_request_error (400) about `param`.
 ApiError bad_request(std::string message, std::string param = "");
+
+// A request body as a JSON object (nesting bounded as every JSON zaya reads); ApiError 400 otherwise.
+nlohmann::json parse_request_body(std::string_view body);
+// The request's `field` as token ids below vocab; ApiError 400 naming the field otherwise.
+std::vector<int32_t> parse_token_ids(const nlohmann::json& list, int64_t vocab, const char* field);
 
 struct CompletionRequest {
   std::vector<std::vector<int32_t>> prompts;  // each at least one token

@@ -82,15 +82,14 @@ bool drop_if_over(Sequence& sequence, EngineCounters& counters) {
 
 void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& running) {
   const int64_t vocab = model_.params().dims().vocab;
-  // Groups prefilled in one pass each (the weights read once for all of them), their logits at most 256 MiB.
-  const int64_t logits_limit = int64_t(1) << 26;
+  // Groups prefilled in one pass each (the weights read once for all of them), within kLogitsPerPass.
   for (size_t first = 0; first < joining.size();) {
     size_t end = first;
     int64_t longest = 0;
     while (end < joining.size()) {
       const int64_t length = int64_t(joining[end].sequence->request().prompt.size());
       const int64_t wider = std::max(longest, length);
-      if (end > first && int64_t(end - first + 1) * wider * vocab > logits_limit) break;
+      if (end > first && int64_t(end - first + 1) * wider * vocab > kLogitsPerPass) break;
       longest = wider;
       ++end;
     }
@@ -121,8 +120,8 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
         SequenceEvent scored;
         scored.kind = SequenceEvent::Kind::PromptScored;
         for (int64_t i = 1; i < length; ++i) {
-          scored.prompt.push_back(
-              token_logprobs(rows + (i - 1) * vocab, vocab, request.prompt[size_t(i)], request.top_logprobs));
+          scored.prompt.push_back(token_logprobs(rows + (i - 1) * vocab, vocab, request.prompt[size_t(i)],
+                                                 request.logprobs.value_or(0)));
         }
         joined.sequence->post(std::move(scored));
       }
@@ -142,7 +141,7 @@ bool DecodeEngine::advance(Running& running, const float* logits) {
   SequenceEvent event;
   event.token =
       sample_token(logits, vocab, request.rule, running.rng.uniform_double(uint64_t(running.produced)));
-  event.logprobs = token_logprobs(logits, vocab, event.token, request.top_logprobs);
+  if (request.logprobs) event.logprobs = token_logprobs(logits, vocab, event.token, *request.logprobs);
   running.sequence->post(event);
   ++running.produced;
   ++counters_.generated_tokens;

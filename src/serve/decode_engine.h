@@ -43,7 +43,9 @@ struct SequenceRequest {
   int64_t max_tokens = 16;      // may be 0: the prompt is only scored
   SamplingRule rule;
   uint64_t seed = 0;
-  int64_t top_logprobs = 0;  // alternatives reported per token
+  // Each token's log-probability with this many alternatives; none: tokens are not scored (a log-sum-exp over
+  // the vocabulary per token saved).
+  std::optional<int64_t> logprobs;
   bool score_prompt = false;
   std::optional<int32_t> stop_token;
   std::chrono::steady_clock::time_point deadline;

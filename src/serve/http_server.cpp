@@ -12,7 +12,6 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "io/json_input.h"
 #include "model/zaya_model.h"
 #include "serve/completion_choice.h"
 #include "serve/completion_request.h"
@@ -70,17 +69,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-json parse_body(const std::string& body) {
-  json doc;
-  try {
-    doc = parse_json(body, "the request body");
-  } catch (const Error& e) {
-    throw bad_request(e.message());
-  }
-  if (!doc.is_object()) throw bad_request("the request body must be a JSON object");
-  return doc;
-}
-
 }  // namespace
 
 struct HttpServer::State {
@@ -127,7 +115,7 @@ std::vector<std::shared_ptr<Sequence>> HttpServer::State::sequences_for(const Co
       s.rule = request.rule;
       // The choices of one request differ; a request with a seed gives the same choices every time.
       s.seed = seed + uint64_t(p) * uint64_t(request.n) + uint64_t(c);
-      s.top_logprobs = request.logprobs.value_or(0);
+      s.logprobs = request.logprobs;
       s.score_prompt = request.echo && request.logprobs.has_value();
       s.stop_token = tokenizer.eos_id();
       s.deadline = deadline;
@@ -365,7 +353,7 @@ void HttpServer::State::routes() {
     response.set_content(metrics_text(), "text/plain; version=0.0.4");
   });
   http.Post("/tokenize", counted([this](const httplib::Request& request, httplib::Response& response) {
-              const json body = parse_body(request.body);
+              const json body = parse_request_body(request.body);
               const auto prompt = body.find("prompt");
               if (prompt == body.end() || !prompt->is_string())
                 throw bad_request("'prompt' must be a string", "prompt");
@@ -384,17 +372,9 @@ void HttpServer::State::routes() {
                          {"token_strs", strings}});
             }));
   http.Post("/detokenize", counted([this](const httplib::Request& request, httplib::Response& response) {
-              const json body = parse_body(request.body);
-              const auto tokens = body.find("tokens");
-              if (tokens == body.end() || !tokens->is_array())
-                throw bad_request("'tokens' must be a list", "tokens");
-              std::vector<int32_t> ids;
-              for (const json& id : *tokens) {
-                if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limits.vocab)
-                  throw bad_request(
-                      cat("'tokens' holds ", id.dump(), ", not a token id below ", limits.vocab), "tokens");
-                ids.push_back(int32_t(id.get<int64_t>()));
-              }
+              const json body = parse_request_body(request.body);
+              const std::vector<int32_t> ids =
+                  parse_token_ids(body.value("tokens", json()), limits.vocab, "tokens");
               send_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
             }));
   http.Get("/tokenizer_info", counted([this](const httplib::Request&, httplib::Response& response) {

@@ -14,33 +14,7 @@ command -v mpirun > /dev/null || { echo "FAIL: mpirun is missing (scripts/setup.
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun=(timeout 300 mpirun --allow-run-as-root)
 
-docs=/usr/share/doc/python3.11/html/_sources
-[ -d "$docs" ] || { echo "FAIL: $docs is missing (scripts/setup.sh installs python3.11-doc)"; exit 1; }
-mkdir -p "$tmp/corpus"
-cp "$docs"/library/[a-f]*.rst.txt "$tmp/corpus/"
-"$zaya" tokenizer train --input "$tmp/corpus" --vocab-size 512 --output "$tmp/tokenizer.json" > "$tmp/log" 2>&1 \
-  && "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/docs" \
-     --val-fraction 0.05 > "$tmp/log" 2>&1 || { echo "FAIL: data"; cat "$tmp/log"; exit 1; }
-
-# The tiny run cut to 20 steps of a fixed global batch of 16 sequences (4 micro-batches of 4), one thread
-# per rank, a checkpoint every 10 steps, in fp32: the parallel runs equal one process to float rounding
-# (1e-5). In bf16 a difference of reduction order in the 7th digit of a master weight can flip a rounding of
-# its bf16 copy, and the runs drift apart at bf16's resolution; the bf16 check below says how far.
-args=(train "$configs/tiny.toml" --set 'run.precision="fp32"' --set "data.tokenizer=\"$tmp/tokenizer.json\""
-      --set "data.validation=\"$tmp/docs_val\"" --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}"
-      --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
-      --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
-# "step loss" lines of a run's training steps (or, with a second argument, of its evaluations).
-losses() { grep "\"type\":\"${2:-train}\"" "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
-sample() { grep '"type":"sample"' "$1/metrics.jsonl" | sed 's/.*"text":\(".*"\),"type".*/\1/'; }
-final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }  # a model directory
-# Steps both runs hold must agree to 1e-5 in loss (training, or evaluation with a third argument); prints
-# the worst difference.
-same_losses() {
-  join <(losses "$1" ${3:-} | sort -k1,1) <(losses "$2" ${3:-} | sort -k1,1) \
-    | awk -v bound="${BOUND:-1e-5}" 'BEGIN { worst = 0; n = 0 } { d = $2 - $3; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-           END { printf "%d steps, worst loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= bound) }'
-}
+source "$(dirname "$0")/tiny_run.sh"
 
 "$zaya" "${args[@]}" --run-dir "$tmp/one" > "$tmp/one.log" 2>&1 || { fail "one process"; tail -5 "$tmp/one.log"; }
 # Data parallel with a gradient bucket per layer (reduced while the backward pass goes on); the other runs

@@ -71,26 +71,7 @@ across() {
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 -x PATH "$@"
 }
 
-docs=/usr/share/doc/python3.11/html/_sources
-[ -d "$docs" ] || { echo "FAIL: $docs is missing (scripts/setup.sh installs python3.11-doc)"; exit 1; }
-mkdir -p "$tmp/corpus"
-cp "$docs"/library/[a-f]*.rst.txt "$tmp/corpus/"
-"$zaya" tokenizer train --input "$tmp/corpus" --vocab-size 512 --output "$tmp/tokenizer.json" > "$tmp/log" 2>&1 \
-  && "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/docs" \
-     --val-fraction 0.05 > "$tmp/log" 2>&1 || { echo "FAIL: data"; cat "$tmp/log"; exit 1; }
-
-# As in distributed_test.sh: the tiny run cut to 20 steps of 16 sequences, fp32, one thread per rank.
-args=(train "$configs/tiny.toml" --set 'run.precision="fp32"' --set "data.tokenizer=\"$tmp/tokenizer.json\""
-      --set "data.validation=\"$tmp/docs_val\"" --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}"
-      --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
-      --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
-losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
-final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
-same_losses() {
-  join <(losses "$1" | sort -k1,1) <(losses "$2" | sort -k1,1) \
-    | awk 'BEGIN { worst = 0; n = 0 } { d = $2 - $3; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-           END { printf "%d steps, worst loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= 1e-5) }'
-}
+source "$(dirname "$0")/tiny_run.sh"
 
 "$zaya" "${args[@]}" --run-dir "$tmp/one" > "$tmp/one.log" 2>&1 || { fail "one process"; tail -5 "$tmp/one.log"; }
 for mode in data expert; do
