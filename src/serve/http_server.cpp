@@ -200,9 +200,11 @@ void HttpServer::State::completions(const httplib::Request& http_request, httpli
            "\n\n";
   };
   response.status = 200;
+  // The provider runs after this function returns: it holds the request too, which the choices refer to.
   response.set_chunked_content_provider(
       "text/event-stream",
-      [=, this](size_t, httplib::DataSink& sink) {
+      [this, request, sequences, choices, current, first_token, chunk, cancel_all, give_up, start](
+          size_t, httplib::DataSink& sink) {
         if (*current == sequences->size()) {
           const std::string done = "data: [DONE]\n\n";
           if (sink.write(done.data(), done.size())) sink.done();
