@@ -35,16 +35,16 @@ const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
 }
 
 void ZayaModel::require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const {
-  for (int64_t i = 0; i < count; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= dims_.vocab) {
-      throw Error(cat("token id ", tokens[i], " is outside the vocabulary of ", dims_.vocab)).field("prompt");
-    }
-  }
   if (cache.length + count > cache.capacity) {
     throw Error(cat("the decode cache holds ", cache.capacity, " tokens; ", cache.length, " are in it and ",
                     count, " more do not fit"));
   }
   if (int64_t(cache.layers.size()) != dims_.layers) throw Error("a decode cache made for a different model");
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= dims_.vocab) {
+      throw Error(cat("token id ", tokens[i], " is outside the vocabulary of ", dims_.vocab)).field("prompt");
+    }
+  }
   if (!params_.table().holds_all_experts())
     throw Error(
         "incremental decoding runs every expert here; this rank holds only some (expert parallelism)");

@@ -477,7 +477,8 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
     EXPECT_EQ(fresh.length, 0);
     EXPECT_THROW(model.prefill(ids[0].data(), S, caches[0]), Error);  // not empty
     DecodeCache empty = make_decode_cache(dims, S);
-    EXPECT_THROW(model.prefill(ids[0].data(), S + 1, empty), Error);  // longer than the cache
+    const std::vector<int32_t> longer = random_ids(S + 1, V, 30);
+    EXPECT_THROW(model.prefill(longer.data(), S + 1, empty), Error);  // longer than the cache
   }
 }
 
