@@ -55,6 +55,13 @@ class Ops {
     copy_to_host(dst, src, bytes);
   }
   int64_t host_reads() const { return host_reads_; }
+  // Waits until the work queued so far has finished (a GPU runs asynchronously; timing needs this).
+  virtual void synchronize() {}
+  // The side of the square product at which this backend's matrix products reach their rate (the MFU
+  // denominator's measure): a CPU's at 1024, a GPU's only at several thousand.
+  virtual int64_t rate_probe_size() const { return 1024; }
+  // Copies bytes from the host into this backend's memory (weights read from a file, a batch's tokens).
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   // bytes of device memory set to zero.
   virtual void zero(void* data, size_t bytes) = 0;
 
@@ -263,5 +270,8 @@ class Ops {
 
 // The CPU implementation: oneDNN for matrix products, OpenMP for everything else.
 Ops& cpu_ops();
+// The GPU implementation (backend/gpu/), on this process's device; defined only in a build with a GPU
+// backend (or the emulator's tests). Throws Error where there is no GPU.
+Ops& gpu_ops();
 
 }  // namespace zaya

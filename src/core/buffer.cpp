@@ -42,6 +42,9 @@ class HostMemory final : public MemoryResource {
     return data;
   }
   void release(void* data) noexcept override { std::free(data); }
+  void zero(void* data, size_t bytes) override { std::memset(data, 0, bytes); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 };
 
 }  // namespace

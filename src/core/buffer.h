@@ -21,6 +21,11 @@ class MemoryResource {
   // std::bad_alloc when there is not enough.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* data) noexcept = 0;
+  // Sets bytes of this memory to zero (where the host cannot write, the device does).
+  virtual void zero(void* data, size_t bytes) = 0;
+  // Copies between this memory and the host's, after the work queued on the device has finished.
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 };
 
 // The host's memory (aligned_alloc).

@@ -46,7 +46,9 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
     const TensorView all = found.file->view(entry);
     const TensorView held{static_cast<char*>(all.data) + size_t(param.model_offset) * dtype_size(entry.dtype),
                           entry.dtype, param.shape};
-    convert_to_f32(held, params.value(param));
+    std::vector<float> values(size_t(param.numel()));
+    convert_to_f32(held, values.data());
+    params.write_value(param, values.data());
   }
   for (const std::string& name : weights.names()) {
     // A tied head may still be stored (some exporters do); it is the embedding and is ignored.

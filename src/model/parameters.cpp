@@ -143,7 +143,8 @@ const ParamInfo& ParameterTable::at(std::string_view name) const {
 }
 
 ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts, MemoryResource& memory)
-    : dims_(dims),
+    : memory_(memory),
+      dims_(dims),
       table_(dims, experts),
       values_(size_t(table_.total_floats()) * sizeof(float), memory),
       grads_(size_t(table_.total_floats()) * sizeof(float), memory) {}
@@ -152,8 +153,36 @@ TensorView ParameterStore::value_view(const ParamInfo& param) const {
   return {const_cast<float*>(value(param)), DType::F32, param.shape};
 }
 
+std::vector<float> ParameterStore::read_value(const ParamInfo& param) const {
+  std::vector<float> host(size_t(param.numel()));
+  memory_.copy_to_host(host.data(), value(param), host.size() * sizeof(float));
+  return host;
+}
+
+void ParameterStore::write_value(const ParamInfo& param, const float* host) {
+  memory_.copy_from_host(value(param), host, size_t(param.numel()) * sizeof(float));
+}
+
+void ParameterStore::copy_values_from(const ParameterStore& host) {
+  if (host.table().total_floats() != table_.total_floats() || &host.memory() != &host_memory())
+    throw Error("parameters copied from a store of another shape, or not in the host's memory");
+  memory_.copy_from_host(values(), host.values(), size_t(table_.total_floats()) * sizeof(float));
+}
+
+void ParameterStore::copy_values_to(ParameterStore& host) const {
+  if (host.table().total_floats() != table_.total_floats() || &host.memory() != &host_memory())
+    throw Error("parameters copied to a store of another shape, or not in the host's memory");
+  memory_.copy_to_host(host.values(), values(), size_t(table_.total_floats()) * sizeof(float));
+}
+
 void ParameterStore::zero_grads() {
-  std::memset(grads(), 0, size_t(table_.total_floats()) * sizeof(float));
+  memory_.zero(grads(), size_t(table_.total_floats()) * sizeof(float));
+}
+
+std::unique_ptr<ParameterStore> place_parameters(const ParameterStore& host, MemoryResource& memory) {
+  auto placed = std::make_unique<ParameterStore>(host.dims(), host.table().experts(), memory);
+  placed->copy_values_from(host);
+  return placed;
 }
 
 }  // namespace zaya

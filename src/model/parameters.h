@@ -9,6 +9,7 @@
 // is one range that the ranks holding the same values reduce and gather together.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,11 +100,23 @@ class ParameterStore {
   const float* grad(const ParamInfo& param) const { return grads() + param.offset; }
   TensorView value_view(const ParamInfo& param) const;
   void zero_grads();
+  // Where the values and gradients live.
+  MemoryResource& memory() const { return memory_; }
+  // One parameter's values through the host (files, initialisation, checkpoints), wherever they live.
+  std::vector<float> read_value(const ParamInfo& param) const;
+  void write_value(const ParamInfo& param, const float* host);
+  // Every value from or to `host`, a store of the same table in the host's memory.
+  void copy_values_from(const ParameterStore& host);
+  void copy_values_to(ParameterStore& host) const;
 
  private:
+  MemoryResource& memory_;
   ModelDims dims_;
   ParameterTable table_;
   AlignedBuffer values_, grads_;
 };
+
+// A copy of `host`'s values in `memory` (a backend's): how weights read from files reach a GPU.
+std::unique_ptr<ParameterStore> place_parameters(const ParameterStore& host, MemoryResource& memory);
 
 }  // namespace zaya

@@ -88,15 +88,28 @@ void check_batch(const Batch& batch, const ModelDims& dims) {
 
 }  // namespace
 
-ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, float loss_scale) {
-  check_batch(batch, dims_);
+template <class T>
+T* ZayaModel::to_device(const T* host, int64_t count) {
+  if (host == nullptr) return nullptr;
+  T* device = arena_.alloc<T>(size_t(count));
+  ops_.copy_from_host(device, host, size_t(count) * sizeof(T));
+  return device;
+}
+
+ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale) {
+  check_batch(host_batch, dims_);
   require_experts_reachable();
-  const int64_t T = batch.tokens(), H = dims_.hidden;
+  const int64_t T = host_batch.tokens(), H = dims_.hidden;
   arena_.reset();
   scratch_.reset();
   loss_scale_ = loss_scale;
   training_ = train;
   reset_step_sums();
+  // The ops read the batch from the backend's memory; the host keeps its own arrays.
+  Batch batch = host_batch;
+  batch.input_ids = to_device(host_batch.input_ids, T);
+  batch.labels = to_device(host_batch.labels, T);
+  batch.attention_mask = to_device(host_batch.attention_mask, T);
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
@@ -131,6 +144,9 @@ ForwardResult ZayaModel::run(const Batch& batch, bool keep_logits, bool train, f
   ops_.rmsnorm_forward(x_final_, w_.final_norm, T, H, dims_.rms_eps, xn_final_, rstd_final_);
 
   ForwardResult result;
+  if (host_batch.labels) {
+    for (int64_t t = 0; t < T; ++t) result.labelled += host_batch.labels[t] != kIgnoreLabel;
+  }
   head(batch, xn_final_, keep_logits, train, loss_scale, result, logits, d_final);
   read_step_sums(result);
   result.logits = logits;
@@ -222,17 +238,18 @@ void ZayaModel::embed(const Batch& batch, float* out) {
 void ZayaModel::rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin) {
   const LayerDims& dims = dims_.layer[size_t(layer)];
   const int64_t half = dims.rotary_dim / 2;
-  cos = arena_.alloc<float>(size_t(count * half));
-  sin = arena_.alloc<float>(size_t(count * half));
+  std::vector<float> host_cos(size_t(count * half)), host_sin(size_t(count * half));
   // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
     for (int64_t s = 0; s < count; ++s) {
       const float angle = float(first + s) * inv_freq;
-      cos[s * half + i] = std::cos(angle);
-      sin[s * half + i] = std::sin(angle);
+      host_cos[size_t(s * half + i)] = std::cos(angle);
+      host_sin[size_t(s * half + i)] = std::sin(angle);
     }
   }
+  cos = to_device(host_cos.data(), count * half);
+  sin = to_device(host_sin.data(), count * half);
 }
 
 void ZayaModel::rope_tables(const Batch& batch) {
@@ -251,9 +268,6 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
   const Arena::Mark mark = scratch_.mark();
   float* chunk_logits = keep_logits ? nullptr : scratch_.alloc<float>(size_t(chunk * V));
   float* chunk_grads = keep_logits && train ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;
-  if (batch.labels) {
-    for (int64_t t = 0; t < T; ++t) result.labelled += batch.labels[t] != kIgnoreLabel;
-  }
   const Operand hidden = product_input(final_hidden, T * H, scratch_);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);

@@ -121,7 +121,10 @@ class ZayaModel {
   size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
 
  private:
-  ForwardResult run(const Batch& batch, bool keep_logits, bool train, float loss_scale);
+  ForwardResult run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale);
+  // A copy of count host values in the activation arena (the backend's memory); null stays null.
+  template <class T>
+  T* to_device(const T* host, int64_t count);
   void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
   // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
   // every expert.

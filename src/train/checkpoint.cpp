@@ -95,16 +95,15 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
   const std::vector<ParamInfo>& table = params.table().params();
   for (size_t i = 0; i < table.size(); ++i) {
     const ParamInfo& param = table[i];
-    const float* values = params.value(param);
     if (param.shape == param.model_shape) {
-      if (i >= first && i < last)
-        snapshot.tensors.emplace_back(param.name, std::vector<float>(values, values + param.numel()));
+      if (i >= first && i < last) snapshot.tensors.emplace_back(param.name, params.read_value(param));
       continue;
     }
     if (!expert_group)
       throw Error("a store of some experts needs its expert group to be saved").tensor(param.name);
     const int writer = int(std::upper_bound(groups.begin(), groups.end(), i) - groups.begin()) - 1;
-    std::vector<float> all = gather_experts(*expert_group, rank, writer, values, param.numel());
+    const std::vector<float> held = params.read_value(param);
+    std::vector<float> all = gather_experts(*expert_group, rank, writer, held.data(), param.numel());
     if (writer == rank) snapshot.tensors.emplace_back(param.name, std::move(all));
   }
   snapshot.model_tensors = snapshot.tensors.size();
@@ -119,7 +118,9 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
         const std::string name =
             per_expert ? expert_state_name(prefix + param.name, params.table().experts().first + j)
                        : prefix + param.name;
-        snapshot.tensors.emplace_back(name, std::vector<float>(state + j * piece, state + (j + 1) * piece));
+        std::vector<float> values(static_cast<size_t>(piece));
+        params.memory().copy_to_host(values.data(), state + j * piece, size_t(piece) * sizeof(float));
+        snapshot.tensors.emplace_back(name, std::move(values));
       }
     };
     add("exp_avg.", optimizer.first_moment(param));
@@ -215,36 +216,38 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   std::vector<std::unique_ptr<SafetensorsFile>> shards;
   for (const std::string& name : listed_optimizer_shards(checkpoint_dir))
     shards.push_back(std::make_unique<SafetensorsFile>((dir / name).string()));
-  // `count` floats from element `skip` on of the tensor `name`, which must be f32 of `size` elements; false
-  // when no shard has it.
-  auto read = [&](const std::string& name, float* into, int64_t count, int64_t skip, int64_t size) {
+  // `count` floats from element `skip` on of the tensor `name`, which must be f32 of `size` elements, into
+  // `memory` (the optimizer state's, or the host's); false when no shard has it.
+  auto read = [&](const std::string& name, float* into, int64_t count, int64_t skip, int64_t size,
+                  MemoryResource& memory) {
     for (const auto& shard : shards) {
       const SafetensorsEntry* entry = shard->find(name);
       if (!entry) continue;
       if (entry->dtype != DType::F32 || entry->shape.numel() != size)
         throw Error(cat("is not f32 of ", size, " elements")).file(shard->path()).tensor(name);
       const TensorView all = shard->view(*entry);
-      convert_to_f32({static_cast<char*>(all.data) + size_t(skip) * sizeof(float), DType::F32, {count}},
-                     into);
+      memory.copy_from_host(into, static_cast<char*>(all.data) + size_t(skip) * sizeof(float),
+                            size_t(count) * sizeof(float));
       return true;
     }
     return false;
   };
-  auto restore = [&](const std::string& name, float* into, int64_t count) {
-    if (!read(name, into, count, 0, count))
+  auto restore = [&](const std::string& name, float* into, int64_t count, MemoryResource& memory) {
+    if (!read(name, into, count, 0, count, memory))
       throw Error("is in no optimizer shard").file(checkpoint_dir).tensor(name);
   };
   for (const ParamAssignment& a : optimizer.assignments()) {
     if (!optimizer.owns(*a.param)) continue;
     const ParamInfo& param = *a.param;
     auto restore_param = [&](const std::string& name, float* into) {
-      if (param.role != ParamRole::ExpertWeight) return restore(name, into, param.numel());
+      if (param.role != ParamRole::ExpertWeight) return restore(name, into, param.numel(), params.memory());
       // Per expert; checkpoints of earlier versions keep the whole [E, ...] tensor instead.
       const int64_t piece = param.numel() / param.shape[0];
       for (int64_t j = 0; j < param.shape[0]; ++j) {
         const int64_t expert = params.table().experts().first + j;
-        if (!read(expert_state_name(name, expert), into + j * piece, piece, 0, piece) &&
-            !read(name, into + j * piece, piece, param.model_offset + j * piece, param.model_shape.numel()))
+        if (!read(expert_state_name(name, expert), into + j * piece, piece, 0, piece, params.memory()) &&
+            !read(name, into + j * piece, piece, param.model_offset + j * piece, param.model_shape.numel(),
+                  params.memory()))
           throw Error("is in no optimizer shard")
               .file(checkpoint_dir)
               .tensor(expert_state_name(name, expert));
@@ -254,9 +257,10 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
     if (a.optimizer == OptimizerKind::AdamW)
       restore_param("exp_avg_sq." + param.name, optimizer.second_moment(param));
   }
-  restore("balancing.exp_avg", balancing.first_moment().data(), int64_t(balancing.first_moment().size()));
-  restore("balancing.exp_avg_sq", balancing.second_moment().data(),
-          int64_t(balancing.second_moment().size()));
+  restore("balancing.exp_avg", balancing.first_moment().data(), int64_t(balancing.first_moment().size()),
+          host_memory());
+  restore("balancing.exp_avg_sq", balancing.second_moment().data(), int64_t(balancing.second_moment().size()),
+          host_memory());
 
   const std::string state_path = (dir / kCheckpointStateFile).string();
   try {

@@ -21,7 +21,7 @@ TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController
     shared_.push_back(std::move(region));
   }
   for (const ParamInfo& param : model.params().table().params()) {
-    if (param.role == ParamRole::BalancingBias) biases_.push_back(model.params().value(param));
+    if (param.role == ParamRole::BalancingBias) biases_.push_back(&param);
   }
 }
 
@@ -137,7 +137,16 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   model_.weights_changed();
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
-  balancing_.update(counts, biases_);
+  // The controller updates the biases on the host: read, updated, written back (a few floats per layer).
+  std::vector<std::vector<float>> biases;
+  std::vector<float*> updated;
+  biases.reserve(biases_.size());
+  for (const ParamInfo* param : biases_) {
+    biases.push_back(params.read_value(*param));
+    updated.push_back(biases.back().data());
+  }
+  balancing_.update(counts, updated);
+  for (size_t l = 0; l < biases_.size(); ++l) params.write_value(*biases_[l], biases[l].data());
   return report;
 }
 

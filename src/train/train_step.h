@@ -72,7 +72,7 @@ class TrainStep {
   std::vector<ShardedRegion> shared_;                       // the regions held by more than one rank
   std::vector<std::unique_ptr<GradientReducer>> reducers_;  // one per shared region
   int64_t shared_bytes_ = 0;                                // their size
-  std::vector<float*> biases_;                              // each layer's balancing_biases
+  std::vector<const ParamInfo*> biases_;                    // each layer's balancing_biases
 };
 
 // The metrics of per-layer route counts and router statistics summed over a batch of `tokens` tokens.

@@ -103,6 +103,13 @@ class CountingMemory final : public MemoryResource {
     sizes.erase(data);
     host_memory().release(data);
   }
+  void zero(void* data, size_t bytes) override { host_memory().zero(data, bytes); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    host_memory().copy_from_host(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    host_memory().copy_to_host(dst, src, bytes);
+  }
   int allocations = 0, releases = 0;
   size_t live_bytes = 0;
 

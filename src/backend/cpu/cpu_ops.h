@@ -13,6 +13,7 @@ namespace zaya {
 class CpuOps final : public Ops {
  public:
   MemoryResource& memory() override { return host_memory(); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* data, size_t bytes) override;
 
   using Ops::gemm;

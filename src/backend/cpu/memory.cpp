@@ -13,6 +13,10 @@ void CpuOps::zero(void* data, size_t bytes) {
   std::memset(data, 0, bytes);
 }
 
+void CpuOps::copy_from_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
 void CpuOps::copy_to_host(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
