@@ -41,8 +41,8 @@ build-fuzz: deps $(FUZZ_BUILD)/build.ninja
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
 build-asan: deps $(ASAN_BUILD)/build.ninja
-	$(call step,building the unit tests under ASan + UBSan ($(ASAN_BUILD)/; only what is out of date))
-	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target zaya_unit_tests
+	$(call step,building the unit tests and the emulated GPU tests under ASan + UBSan ($(ASAN_BUILD)/; only what is out of date))
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target zaya_unit_tests zaya_gpu_emulated_tests
 
 # The whole suite: every test of the release build, then the unit tests again under ASan + UBSan.
 test: build build-asan

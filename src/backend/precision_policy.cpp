@@ -18,8 +18,11 @@ std::string describe_precision(const std::string& setting, Precision chosen) {
         " (bf16 products with f32 sums; f32 master weights, optimizer state, norms, softmax, router, loss)";
   }
   if (setting == "auto") {
-    out += chosen == Precision::BF16 ? ": chosen automatically, the CPU has AVX512-BF16 or AMX"
-                                     : ": chosen automatically, the CPU has neither AVX512-BF16 nor AMX";
+    // Only a CPU without AVX512-BF16 or AMX is slow at bf16; every GPU backend is fast.
+    out += chosen == Precision::BF16
+               ? ": chosen automatically, the device multiplies bf16 at full speed (a GPU, or a CPU with "
+                 "AVX512-BF16 or AMX)"
+               : ": chosen automatically, the CPU has neither AVX512-BF16 nor AMX";
   }
   return out;
 }

@@ -1,5 +1,8 @@
 #include "model/model_dims.h"
 
+#include <algorithm>
+
+#include "backend/op_check.h"
 #include "core/error.h"
 
 namespace zaya {
@@ -32,6 +35,33 @@ ModelDims model_dims(const ZayaConfig& c) {
     d.layer.push_back(layer);
   }
   return d;
+}
+
+OpCheckShape op_check_shape(const ModelDims& dims, int64_t batch, int64_t seq) {
+  OpCheckShape shape;
+  shape.batch = batch;
+  shape.seq = seq;
+  shape.hidden = dims.hidden;
+  shape.heads = dims.heads;
+  shape.kv_heads = dims.kv_heads;
+  shape.head_dim = dims.head_dim;
+  shape.conv_time0 = dims.conv_time0;
+  shape.conv_time1 = dims.conv_time1;
+  if (!dims.layer.empty()) {
+    shape.rotary_dim = dims.layer[0].rotary_dim;
+    shape.rope_theta = dims.layer[0].rope_theta;
+  }
+  for (const LayerDims& layer : dims.layer) shape.window = std::max(shape.window, layer.window);
+  shape.router = dims.router;
+  shape.experts = dims.experts;
+  shape.intermediate = dims.intermediate;
+  shape.vocab = dims.vocab;
+  // The rows of logits a training step scores at once: ZayaModel::head's chunks of about 2^24 logits, a
+  // multiple of 16 rows and at least 16.
+  shape.loss_rows = std::max<int64_t>(16, (int64_t(1) << 24) / std::max<int64_t>(1, dims.vocab) / 16 * 16);
+  shape.rms_eps = dims.rms_eps;
+  shape.pad_token_id = dims.pad_token_id;
+  return shape;
 }
 
 namespace {

@@ -9,6 +9,8 @@
 
 namespace zaya {
 
+struct OpCheckShape;
+
 struct LayerDims {
   int64_t rotary_dim = 0;  // channels of each head that get RoPE (int(head_dim * partial_rotary_factor))
   double rope_theta = 10000.0;
@@ -32,6 +34,10 @@ struct ModelDims {
 };
 
 ModelDims model_dims(const ZayaConfig& config);
+
+// The sizes the backend's ops take in a micro-batch of batch x seq tokens of this model, for check_ops
+// (backend/op_check.h, which cannot see ModelDims: the backend sits below the model).
+OpCheckShape op_check_shape(const ModelDims& dims, int64_t batch, int64_t seq);
 
 // "tiny" (tests), "small" (the CPU demo), "zaya1-base" (the published shape). Throws Error for others.
 ZayaConfig preset_config(const std::string& name);

@@ -1,0 +1,27 @@
+#pragma once
+// The host's side of a GPU: how many there are, their memory, copies and waiting. One implementation per
+// language (device.cu): CUDA, HIP, or the emulator's host memory. Host code includes this header, never a
+// vendor runtime header.
+
+#include <cstddef>
+#include <string>
+
+namespace zaya::gpu {
+
+// "cuda", "hip" or "emulated": what this build's GPU backend is compiled as.
+const char* language_name();
+// GPUs this process can use; 0 when there is none or no driver (the emulator has one).
+int device_count();
+// "NVIDIA H200" and the like.
+std::string device_name();
+
+// Device memory with whatever it held before (as cudaMalloc); throws std::bad_alloc when there is not enough.
+void* allocate(size_t bytes);
+void release(void* data) noexcept;
+void zero(void* data, size_t bytes);
+// Copies between host and device or within a device, after the queued work has finished.
+void copy(void* dst, const void* src, size_t bytes);
+// Waits for every kernel queued so far.
+void synchronize();
+
+}  // namespace zaya::gpu

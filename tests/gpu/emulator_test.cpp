@@ -1,0 +1,134 @@
+// The emulator keeps the GPU's rules: barriers order the threads of a block, warp exchanges read the lane
+// they name, and what a GPU leaves undefined (a barrier some threads skip, an exchange with a lane that
+// exited) is an error, not a silent result.
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <vector>
+
+#include "backend/gpu/emulator.h"
+#include "core/error.h"
+
+namespace zaya::gpu::emulator {
+namespace {
+
+unsigned linear() {
+  return thread_index().x;
+}
+
+TEST(GpuEmulator, RunsEveryThreadOfEveryBlock) {
+  std::vector<int> seen(3 * 2 * 64, 0);
+  run({3, 2, 1}, {64, 1, 1}, 0, [&] {
+    const unsigned block = block_index().y * grid_dim().x + block_index().x;
+    ++seen[block * block_dim().x + thread_index().x];
+  });
+  for (int count : seen) EXPECT_EQ(count, 1);
+}
+
+TEST(GpuEmulator, ABarrierOrdersTheThreadsOfABlock) {
+  std::vector<int> result(128, -1);
+  run({1, 1, 1}, {128, 1, 1}, 128 * sizeof(int), [&] {
+    int* shared = static_cast<int*>(dynamic_shared());
+    shared[linear()] = int(linear()) * 10;
+    sync_threads();
+    // Every thread reads a value another thread wrote before the barrier.
+    result[linear()] = shared[(linear() + 1) % 128];
+  });
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(result[i], ((i + 1) % 128) * 10);
+}
+
+TEST(GpuEmulator, AWarpExchangeReadsTheNamedLane) {
+  std::vector<float> result(64);
+  run({1, 1, 1}, {64, 1, 1}, 0, [&] {
+    float value = float(linear());
+    value = shuffle_xor(value, 5);
+    result[linear()] = value;
+  });
+  for (unsigned i = 0; i < 64; ++i) EXPECT_EQ(result[i], float(i ^ 5u));
+}
+
+TEST(GpuEmulator, OneWarpExchangesWhileTheOthersWaitAtABarrier) {
+  std::vector<double> result(96);
+  run({1, 1, 1}, {96, 1, 1}, 0, [&] {
+    double value = 1.0;
+    if (linear() < unsigned(kWarpSize)) {
+      for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += shuffle_xor(value, offset);
+    }
+    sync_threads();
+    result[linear()] = value;
+  });
+  for (unsigned i = 0; i < 96; ++i) EXPECT_EQ(result[i], i < 32 ? 32.0 : 1.0);
+}
+
+TEST(GpuEmulator, ABarrierThatSomeThreadsSkipIsAnError) {
+  EXPECT_THROW(run({1, 1, 1}, {64, 1, 1}, 0,
+                   [&] {
+                     if (linear() < 10) return;
+                     sync_threads();
+                   }),
+               Error);
+}
+
+TEST(GpuEmulator, AnExchangeWithAnExitedLaneIsAnError) {
+  EXPECT_THROW(run({1, 1, 1}, {32, 1, 1}, 0,
+                   [&] {
+                     if (linear() == 3) return;
+                     (void)shuffle_xor(1.0f, 1);
+                   }),
+               Error);
+}
+
+TEST(GpuEmulator, ThreadsWaitingAtDifferentPlacesIsADeadlock) {
+  EXPECT_THROW(run({1, 1, 1}, {32, 1, 1}, 0,
+                   [&] {
+                     if (linear() % 2 == 0) {
+                       sync_threads();
+                     } else {
+                       (void)shuffle_xor(1.0f, 1);
+                     }
+                   }),
+               Error);
+}
+
+TEST(GpuEmulator, AnExceptionInAThreadReachesTheLauncher) {
+  EXPECT_THROW(run({2, 1, 1}, {8, 1, 1}, 0,
+                   [&] {
+                     if (block_index().x == 1 && linear() == 7) throw Error("thread 7 failed");
+                   }),
+               Error);
+  // The emulator is usable again afterwards.
+  int ran = 0;
+  run({1, 1, 1}, {4, 1, 1}, 0, [&] { ++ran; });
+  EXPECT_EQ(ran, 4);
+}
+
+// Device memory is closed to the host outside kernels, copies and products: host code that writes a device
+// pointer (a bug that a GPU would fault on) crashes in the emulator too.
+TEST(GpuEmulatorDeathTest, TheHostCannotTouchDeviceMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's fault handler hangs in the death test's child; the release build runs it";
+#endif
+  float* device = static_cast<float*>(allocate_device(64 * sizeof(float)));
+  {
+    const DeviceAccess access;
+    device[3] = 1.0f;  // as a kernel would
+  }
+  EXPECT_EXIT(device[3] = 2.0f, testing::KilledBySignal(SIGSEGV), ".*");
+  release_device(device);
+}
+
+TEST(GpuEmulator, KernelsReachDeviceMemory) {
+  float* device = static_cast<float*>(allocate_device(32 * sizeof(float)));
+  run({1, 1, 1}, {32, 1, 1}, 0, [&] { device[thread_index().x] = float(thread_index().x); });
+  float sum = 0;
+  {
+    const DeviceAccess access;
+    for (int i = 0; i < 32; ++i) sum += device[i];
+  }
+  EXPECT_EQ(sum, 496.0f);
+  release_device(device);
+}
+
+}  // namespace
+}  // namespace zaya::gpu::emulator

@@ -1,0 +1,141 @@
+// check_ops (backend/op_check.h), what `zaya bench ops` prints: every op of the table, on the GPU backend
+// (the emulator here, a GPU in the gpu-labelled build) against the CPU backend at the tiny preset's shapes.
+//
+// Bounds, on each op's largest error relative to its output's largest value on the CPU:
+//   f32: the backends differ only in the order of their f32 sums (and the ulps of exp and a GPU's fused
+//   multiply-adds); over the tiny shapes' sums of at most a few hundred terms that is a few f32 ulps of
+//   the partial sums against the output's largest value: 1e-4. Integer outputs (choices, orders, offsets,
+//   counts) must be equal, and an integer that differs is an error of at least 1 against values below the
+//   token count (140): at least 7e-3, far past the bound.
+//   bf16 (the products, the attention and Newton-Schulz; every other op is f32 whatever the precision):
+//   both sides round the same f32 values to bf16, but a value within an f32 ulp of a rounding tie may round
+//   the other way, one bf16 ulp (2^-8) of itself; a few such flips summed in a product stay within
+//   4 * 2^-8 of the output's scale (the bound of the GPU tests that check these ops alone).
+//   Newton-Schulz in bf16 carries its flips through five steps that amplify them, and its output is an
+//   orthogonalised matrix: its scale is its singular values (about 1), not its largest entry (0.25 here),
+//   so its bound is 4 * 2^-8 absolute. Seen: 7.1e-3 (2.9e-2 of the largest entry), while the CPU's own bf16
+//   result differs from its f32 one by 9.9e-3 (optimizer_test holds the GPU to the CPU's bf16 accuracy).
+// The CPU against itself runs the same code on the same inputs: every error exactly 0.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "backend/op_check.h"
+#include "gpu/gpu_test_util.h"
+#include "model/model_dims.h"
+
+namespace zaya::test {
+namespace {
+
+using OpCheck = GpuOpsTest;
+
+constexpr double kF32Bound = 1e-4;
+constexpr double kBf16Bound = 4.0 / 256;
+
+// The tiny preset with 2 sequences of 70 tokens: longer than its sliding window of 64 (so the window cuts
+// in), and a second sequence whose padded keys leave rows that see no key.
+OpCheckShape tiny_shape() {
+  return op_check_shape(model_dims(preset_config("tiny")), 2, 70);
+}
+
+bool precision_dependent(const std::string& op) {
+  return op == "gemm" || op == "attention_forward" || op == "attention_backward" || op == "newton_schulz";
+}
+
+// The virtual members ops.h declares that compute: all but memory, copies, zero, synchronize, the
+// properties and cca_conv_scratch (a size, used by both convolutions). Read from the header itself, so that
+// an op added to the table and not to the check fails here.
+std::set<std::string> table_ops() {
+  std::ifstream file(ZAYA_FIXTURES_DIR "/../../src/backend/ops.h");
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string header = text.str();
+  const std::set<std::string> not_ops = {
+      "Ops",  "memory",    "synchronize",  "rate_probe_size", "copy_from_host",
+      "zero", "fast_bf16", "copy_to_host", "cca_conv_scratch"};
+  std::set<std::string> ops;
+  const std::regex declaration(R"(virtual [^(;]*?(\w+)\()");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), declaration);
+       it != std::sregex_iterator(); ++it) {
+    if (!not_ops.count((*it)[1])) ops.insert((*it)[1]);
+  }
+  return ops;
+}
+
+// Every op of the table reported, and nothing else.
+void expect_every_op(const std::vector<OpCheckResult>& results) {
+  std::set<std::string> reported;
+  for (const OpCheckResult& r : results) reported.insert(r.op);
+  const std::set<std::string> table = table_ops();
+  EXPECT_EQ(table.size(), 45u);  // the header was found and read
+  EXPECT_EQ(reported, table);
+  const std::vector<std::string>& listed = checked_ops();
+  EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), table);
+}
+
+void expect_within_bounds(Precision precision) {
+  OpCheckOptions options;
+  options.precision = precision;
+  options.repeats = 1;  // the emulator is slow; its times mean nothing anyway
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<OpCheckResult> results = check_ops(tiny_shape(), cpu_ops(), gpu_ops(), options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_every_op(results);
+  for (const OpCheckResult& r : results) {
+    const bool bf16 = precision == Precision::BF16 && precision_dependent(r.op);
+    if (bf16 && r.op == "newton_schulz") {
+      EXPECT_LE(r.abs_error, kBf16Bound) << r.call;
+    } else {
+      EXPECT_LE(r.rel_error, bf16 ? kBf16Bound : kF32Bound)
+          << r.op << " (" << r.call << "): " << r.worst_output << " off by " << r.abs_error;
+    }
+    EXPECT_GT(r.device_seconds, 0) << r.op;
+    EXPECT_GT(r.reference_seconds, 0) << r.op;
+  }
+  // The grouping is exact by contract (a stable counting sort): its order and offsets are equal.
+  for (const OpCheckResult& r : results) {
+    if (r.op == "group_by_expert") {
+      EXPECT_EQ(r.abs_error, 0) << r.call;
+    }
+  }
+  // The largest error seen, for the log: how close to its bound the backend comes.
+  const OpCheckResult& worst = *std::max_element(
+      results.begin(), results.end(),
+      [](const OpCheckResult& a, const OpCheckResult& b) { return a.rel_error < b.rel_error; });
+  std::printf("%s: largest relative error %.3g (%s, %s: %s), %zu calls in %.1f s\n",
+              std::string(precision_name(precision)).c_str(), worst.rel_error, worst.op.c_str(),
+              worst.call.c_str(), worst.worst_output.c_str(), results.size(), seconds);
+}
+
+TEST_F(OpCheck, EveryOpMatchesTheCpuInF32) {
+  expect_within_bounds(Precision::F32);
+}
+
+TEST_F(OpCheck, EveryOpMatchesTheCpuInBf16) {
+  expect_within_bounds(Precision::BF16);
+}
+
+// The CPU against itself: the same code on the same inputs gives the same bits, so every error is 0 (and
+// the check itself hands both sides the same starting values, the accumulated ones included).
+TEST(OpCheckCpu, TheCpuAgainstItselfIsExact) {
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    OpCheckOptions options;
+    options.precision = precision;
+    options.repeats = 1;
+    const std::vector<OpCheckResult> results = check_ops(tiny_shape(), cpu_ops(), cpu_ops(), options);
+    expect_every_op(results);
+    for (const OpCheckResult& r : results) {
+      EXPECT_EQ(r.abs_error, 0) << r.op << " (" << r.call << "), " << std::string(precision_name(precision));
+      EXPECT_EQ(r.rel_error, 0) << r.op << " (" << r.call << ")";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zaya::test
