@@ -1,5 +1,6 @@
 // `zaya bench step`: forward+backward tokens/s and MFU against the GEMM throughput (sgemm, or bf16 in a bf16
-// run) measured in the same run on the same machine.
+// run) measured in the same run on the same machine. `zaya bench optimizer`: the optimizer step against
+// forward+backward. `zaya bench ops`: every backend op on a device against the CPU, its error and speed.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "backend/devices.h"
+#include "backend/op_check.h"
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "backend/throughput.h"
@@ -18,6 +21,7 @@
 #include "core/rng.h"
 #include "core/thread_governor.h"
 #include "core/threads.h"
+#include "model/model_dims.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
 #include "model/zaya_model.h"
@@ -28,11 +32,22 @@ namespace {
 
 struct StepArgs {
   ModelSource source;
+  int64_t layers = 0;  // 0: all of the model's
   int64_t batch = 16, seq = 512;
   int steps = 5;
   std::string precision = "auto";
+  std::string device = "auto";
+  double peak_tflops = 0;  // the device's bf16 (or f32) peak from its data sheet; 0: not given
   bool json = false;
 };
+
+// The first `layers` layers of a model config (0 or more than it has: all of them).
+void keep_layers(ZayaConfig& config, int64_t layers) {
+  if (layers > 0 && layers < config.num_hidden_layers) {
+    config.num_hidden_layers = layers;
+    config.layer_types.resize(size_t(layers));
+  }
+}
 
 // batch x seq, at most 2^31 tokens a step (more would not fit in memory, and its sizes overflow).
 int64_t step_tokens(int64_t batch, int64_t seq) {
@@ -49,11 +64,16 @@ double median(std::vector<double> values) {
 }
 
 void run_step_bench(const StepArgs& args) {
+  const Device device = select_device(args.device, "--device");  // before building a large model
+  Ops& ops = *device.ops;
   LoadedModel model;
   if (!args.source.model_dir.empty()) {
+    if (args.layers > 0)
+      throw Error("--layers applies to a preset or a config, not a model").field("--layers");
     model = load_model(args.source.model_dir);
   } else {
     model.config = args.source.config();
+    keep_layers(model.config, args.layers);
     model.params = std::make_unique<ParameterStore>(model_dims(model.config));
     init_parameters(*model.params, model.config.initializer_range, 0);
   }
@@ -65,16 +85,20 @@ void run_step_bench(const StepArgs& args) {
   const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
   const Batch batch{ids.data(), labels.data(), nullptr, args.batch, args.seq};
 
-  Ops& ops = cpu_ops();
   const Precision precision = resolve_precision(args.precision, ops, "--precision");
   const double gemm_flops = measure_gemm_flops(ops, precision);
-  ZayaModel zaya(*model.params, ops, precision);
+  std::unique_ptr<ParameterStore> placed =
+      device.on_host() ? nullptr : place_parameters(*model.params, ops.memory());
+  ParameterStore& params = placed ? *placed : *model.params;
+  ZayaModel zaya(params, ops, precision);
   ThreadGovernor governor;  // as in training: fewer threads while another process holds a core
   std::vector<double> seconds;
   for (int step = 0; step <= args.steps; ++step) {
-    model.params->zero_grads();
+    params.zero_grads();
+    ops.synchronize();
     const auto start = std::chrono::steady_clock::now();
     zaya.forward_backward(batch, 1.0f / float(tokens));
+    ops.synchronize();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     if (step > 0) seconds.push_back(elapsed.count());  // step 0 sizes the arenas
     governor.after_step();
@@ -84,30 +108,39 @@ void run_step_bench(const StepArgs& args) {
   const double tokens_per_second = double(tokens) / step_seconds;
   const double model_flops = stats.training_flops_per_token * tokens_per_second;
   const double mfu = model_flops / gemm_flops;
+  const double peak_mfu = args.peak_tflops > 0 ? model_flops / (args.peak_tflops * 1e12) : 0.0;
+  const int64_t probe = ops.rate_probe_size();
   if (args.json) {
-    const nlohmann::json out = {{"source", args.source.describe()},
-                                {"batch", args.batch},
-                                {"seq", args.seq},
-                                {"threads", num_threads()},
-                                {"precision", precision_name(precision)},
-                                {"steps", args.steps},
-                                {"step_seconds", step_seconds},
-                                {"tokens_per_second", tokens_per_second},
-                                {"model_flops", model_flops},
-                                {"gemm_flops", gemm_flops},
-                                {"mfu", mfu}};
+    nlohmann::json out = {{"source", args.source.describe()},
+                          {"device", device.description},
+                          {"layers", dims.layers},
+                          {"batch", args.batch},
+                          {"seq", args.seq},
+                          {"threads", num_threads()},
+                          {"precision", precision_name(precision)},
+                          {"steps", args.steps},
+                          {"step_seconds", step_seconds},
+                          {"tokens_per_second", tokens_per_second},
+                          {"model_flops", model_flops},
+                          {"gemm_flops", gemm_flops},
+                          {"mfu", mfu}};
+    if (args.peak_tflops > 0) out["mfu_of_peak"] = peak_mfu;
     std::printf("%s\n", out.dump().c_str());
     return;
   }
-  std::printf("%s: batch %lld x %lld = %lld tokens, %d threads, %s\n", args.source.describe().c_str(),
-              (long long)args.batch, (long long)args.seq, (long long)tokens, num_threads(),
+  std::printf("%s, %lld layers: batch %lld x %lld = %lld tokens on %s, %d threads, %s\n",
+              args.source.describe().c_str(), (long long)dims.layers, (long long)args.batch,
+              (long long)args.seq, (long long)tokens, device.description.c_str(), num_threads(),
               describe_precision(args.precision, precision).c_str());
-  std::printf("%s 1024^3: %.1f GFLOP/s (fastest of 15)\n",
-              precision == Precision::BF16 ? "bf16 GEMM" : "sgemm", gemm_flops / 1e9);
+  std::printf("%s %lld^3: %.1f GFLOP/s (fastest of 15)\n",
+              precision == Precision::BF16 ? "bf16 GEMM" : "sgemm", (long long)probe, gemm_flops / 1e9);
   std::printf(
       "forward+backward: %.3f s/step (median of %d), %.0f tokens/s, %.1f GFLOP/s of model FLOPs, MFU "
       "%.1f%%\n",
       step_seconds, args.steps, tokens_per_second, model_flops / 1e9, 100 * mfu);
+  if (args.peak_tflops > 0) {
+    std::printf("MFU against the given peak of %.0f TFLOP/s: %.1f%%\n", args.peak_tflops, 100 * peak_mfu);
+  }
 }
 
 struct OptimizerArgs {
@@ -121,10 +154,7 @@ struct OptimizerArgs {
 // The optimizer's step time next to the forward+backward time of one batch, on real gradients.
 void run_optimizer_bench(const OptimizerArgs& args) {
   ZayaConfig config = args.source.config();
-  if (args.layers > 0 && args.layers < config.num_hidden_layers) {
-    config.num_hidden_layers = args.layers;
-    config.layer_types.resize(size_t(args.layers));
-  }
+  keep_layers(config, args.layers);
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, 0);
   const ModelDims& dims = params.dims();
@@ -169,6 +199,86 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   std::printf("optimizer / forward+backward = %.3f at %lld tokens per step\n", opt / fb, (long long)tokens);
 }
 
+struct OpsArgs {
+  ModelSource source;
+  int64_t batch = 2, seq = 128;
+  std::string precision = "fp32";
+  std::string device = "auto";
+  int repeats = 5;
+  bool json = false;
+};
+
+// "12.3 us", "4.56 ms", "1.23 s": op times span microseconds (an elementwise op on a GPU) to seconds.
+std::string duration_text(double seconds) {
+  char text[32];
+  if (seconds < 1e-3) {
+    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
+  } else if (seconds < 1) {
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  }
+  return text;
+}
+
+void run_ops_bench(const OpsArgs& args) {
+  const ZayaConfig config = args.source.config();
+  const int64_t tokens = step_tokens(args.batch, args.seq);
+  const Precision precision = args.precision == "bf16" ? Precision::BF16 : Precision::F32;
+  const Device device = select_device(args.device, "--device");
+  OpCheckOptions options;
+  options.precision = precision;
+  options.repeats = args.repeats;
+  const std::vector<OpCheckResult> results =
+      check_ops(op_check_shape(model_dims(config), args.batch, args.seq), cpu_ops(), *device.ops, options);
+
+  if (args.json) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpCheckResult& r : results) {
+      // An unmatched NaN or infinity makes an error infinite, which JSON cannot hold: null.
+      ops.push_back({{"op", r.op},
+                     {"call", r.call},
+                     {"abs_error", r.abs_error},
+                     {"rel_error", r.rel_error},
+                     {"worst_output", r.worst_output},
+                     {"cpu_seconds", r.reference_seconds},
+                     {"device_seconds", r.device_seconds}});
+    }
+    const nlohmann::json out = {{"source", args.source.describe()},
+                                {"device", device.description},
+                                {"batch", args.batch},
+                                {"seq", args.seq},
+                                {"tokens", tokens},
+                                {"precision", precision_name(precision)},
+                                {"repeats", args.repeats},
+                                {"threads", num_threads()},
+                                {"ops", ops}};
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  const std::string against =
+      device.on_host() ? "the CPU against itself" : device.description + " against the CPU";
+  std::printf("%s: batch %lld x %lld = %lld tokens, %s; %s (%d thread%s), medians of %d\n",
+              args.source.describe().c_str(), (long long)args.batch, (long long)args.seq, (long long)tokens,
+              std::string(precision_name(precision)).c_str(), against.c_str(), num_threads(),
+              num_threads() == 1 ? "" : "s", args.repeats);
+  // Columns as wide as their longest entry: a call names its shapes, longer in a larger model.
+  int op_width = 2, call_width = 4;
+  for (const OpCheckResult& r : results) {
+    op_width = std::max(op_width, int(r.op.size()));
+    call_width = std::max(call_width, int(r.call.size()));
+  }
+  std::printf("%-*s  %-*s  %9s %9s %10s %10s %8s\n", op_width, "op", call_width, "call", "abs err", "rel err",
+              "cpu", "device", "speed-up");
+  for (const OpCheckResult& r : results) {
+    const double speedup = r.device_seconds > 0 ? r.reference_seconds / r.device_seconds : 0.0;
+    std::printf("%-*s  %-*s  %9.2e %9.2e %10s %10s %7.2fx\n", op_width, r.op.c_str(), call_width,
+                r.call.c_str(), r.abs_error, r.rel_error, duration_text(r.reference_seconds).c_str(),
+                duration_text(r.device_seconds).c_str(), speedup);
+  }
+  std::printf("rel err: the largest error of an output over that output's largest value on the CPU\n");
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -181,8 +291,14 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--seq", args->seq, "tokens per sequence")->check(positive());
   step->add_option("--steps", args->steps, "timed steps (after one warm-up)")->check(positive());
   step->add_option("--precision", args->precision,
-                   "of the products: auto (bf16 where the CPU has it), fp32, bf16")
+                   "of the products: auto (bf16 on a GPU, or where the CPU has it), fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  step->add_option("--layers", args->layers, "keep only the first N layers of a preset or config (0: all)")
+      ->check(non_negative());
+  step->add_option("--device", args->device, "auto (a GPU where there is one), cpu, cuda or hip");
+  step->add_option("--peak-tflops", args->peak_tflops,
+                   "the device's peak in TFLOP/s (its data sheet): MFU is also printed against it")
+      ->check(non_negative());
   step->add_flag("--json", args->json, "print one JSON line");
   step->callback([args] { run_step_bench(*args); });
 
@@ -198,6 +314,25 @@ void add_bench_command(CLI::App& app) {
   optimizer->add_option("--precision", opt_args->precision, "of the products: auto, fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });
+
+  auto ops_args = std::make_shared<OpsArgs>();
+  CLI::App* ops = bench->add_subcommand(
+      "ops", "every backend op on a device against the CPU on random inputs: its largest error and its time");
+  ops_args->source.add_options(*ops, true, false, nullptr, "tiny");
+  ops->add_option(
+      "--device", ops_args->device,
+      "the backend compared with the CPU: auto (a GPU where there is one, default), cpu, cuda or hip");
+  ops->add_option("--batch", ops_args->batch,
+                  "sequences of the micro-batch the ops are sized for (default 2)")
+      ->check(positive());
+  ops->add_option("--seq", ops_args->seq, "tokens per sequence (default 128)")->check(positive());
+  ops->add_option("--precision", ops_args->precision,
+                  "of the products, the attention and Newton-Schulz: fp32 (default) or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  ops->add_option("--repeats", ops_args->repeats, "timed runs of each op, after the compared one (default 5)")
+      ->check(positive());
+  ops->add_flag("--json", ops_args->json, "print one JSON line");
+  ops->callback([ops_args] { run_ops_bench(*ops_args); });
 }
 
 }  // namespace zaya::cli

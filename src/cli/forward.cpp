@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/devices.h"
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "cli/commands.h"
@@ -20,6 +21,7 @@ namespace {
 struct ForwardArgs {
   std::string model, input, output;
   std::string precision = "fp32";  // the exact numbers by default: this command is for inspection
+  std::string device = "auto";
   bool grads = false;
   bool force = false;
 };
@@ -55,6 +57,7 @@ std::vector<int32_t> read_ids(const SafetensorsFile& file, const SafetensorsEntr
 
 void run_forward(const ForwardArgs& args) {
   guard_output(args.output, "--output", {args.model, args.input}, args.force);
+  const Device device = select_device(args.device, "--device");  // before reading a large model
   LoadedModel loaded = load_model(args.model);
   const SafetensorsFile input(args.input);
   const SafetensorsEntry* ids_entry = input.find("input_ids");
@@ -71,27 +74,40 @@ void run_forward(const ForwardArgs& args) {
   }
   const std::vector<int32_t> labels = shifted_labels(ids.data(), batch, seq);
 
-  ZayaModel model(*loaded.params, cpu_ops(), resolve_precision(args.precision, cpu_ops(), "--precision"));
+  Ops& ops = *device.ops;
+  std::unique_ptr<ParameterStore> placed =
+      device.on_host() ? nullptr : place_parameters(*loaded.params, ops.memory());
+  ParameterStore& params = placed ? *placed : *loaded.params;
+  ZayaModel model(params, ops, resolve_precision(args.precision, ops, "--precision"));
   const Batch data{ids.data(), labels.data(), mask.empty() ? nullptr : mask.data(), batch, seq};
   ForwardResult result;
   if (args.grads) {
-    loaded.params->zero_grads();
+    params.zero_grads();
     result = model.forward_backward(data, 1.0f / float(std::max<int64_t>(1, batch * (seq - 1))), true);
   } else {
     result = model.forward(data, true);
   }
 
-  const ModelDims& dims = loaded.params->dims();
+  // What the device computed, read to the host: [batch, seq, vocab] logits, [layers, batch, seq] choices,
+  // and every trainable parameter's gradient.
+  const ModelDims& dims = params.dims();
   float loss = float(result.mean_loss());
+  std::vector<float> logits(size_t(batch * seq * dims.vocab));
+  ops.read_to_host(logits.data(), result.logits, logits.size() * sizeof(float));
+  std::vector<int32_t> choices(size_t(dims.layers * batch * seq));
+  ops.read_to_host(choices.data(), result.expert_choice, choices.size() * sizeof(int32_t));
   SafetensorsWriter writer;
-  writer.add("logits", {const_cast<float*>(result.logits), DType::F32, {batch, seq, dims.vocab}});
+  writer.add("logits", {logits.data(), DType::F32, {batch, seq, dims.vocab}});
   writer.add("loss", {&loss, DType::F32, {}});
-  writer.add("expert_choice",
-             {const_cast<int32_t*>(result.expert_choice), DType::I32, {dims.layers, batch, seq}});
+  writer.add("expert_choice", {choices.data(), DType::I32, {dims.layers, batch, seq}});
+  std::vector<std::vector<float>> grads;
+  grads.reserve(params.table().params().size());
   if (args.grads) {
-    for (const ParamInfo& param : loaded.params->table().params()) {
-      if (param.trainable())
-        writer.add("grad." + param.name, {loaded.params->grad(param), DType::F32, param.shape});
+    for (const ParamInfo& param : params.table().params()) {
+      if (!param.trainable()) continue;
+      grads.emplace_back(size_t(param.numel()));
+      ops.read_to_host(grads.back().data(), params.grad(param), grads.back().size() * sizeof(float));
+      writer.add("grad." + param.name, {grads.back().data(), DType::F32, param.shape});
     }
   }
   writer.write(args.output);
@@ -114,6 +130,7 @@ void add_forward_command(CLI::App& app) {
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");
   command->add_option("--precision", args->precision, "of the products: fp32 (default), bf16, or auto")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  command->add_option("--device", args->device, "auto (a GPU where there is one), cpu, cuda or hip");
   command->callback([args] { run_forward(*args); });
 }
 

@@ -1,5 +1,6 @@
 #include "train/train_config.h"
 
+#include "backend/devices.h"
 #include "core/error.h"
 #include "core/precision.h"
 #include "io/atomic_file.h"
@@ -154,6 +155,8 @@ void read_run(TomlReader section, RunSection& out) {
   out.precision = section.string("precision", out.precision);
   if (out.precision != "auto" && !precision_from_name(out.precision))
     section.fail("precision", "expected \"auto\", \"fp32\" or \"bf16\"");
+  out.device = section.string("device", out.device);
+  if (!is_device_name(out.device)) section.fail("device", "expected \"auto\", \"cpu\", \"cuda\" or \"hip\"");
   section.finish();
 }
 

@@ -30,6 +30,9 @@ struct RunSection {
   double gradient_bucket_mb = 25;
   // Of the matrix products: "auto" (bf16 where the CPU has AVX512-BF16 or AMX, else fp32), "fp32", "bf16".
   std::string precision = "auto";
+  // Where the run computes: "auto" (the GPU where zaya was built with a GPU backend and the machine has one,
+  // else the CPU), "cpu", "cuda" or "hip". Checkpoints are the same files whatever the device.
+  std::string device = "auto";
   // A rank that makes no progress this long (a collective that does not complete: a peer's host frozen, a
   // link down; a step that does not end) says what it waited for and ends the job with exit code 4, so that
   // a scheduler restarts it from the last checkpoint (dist/hang_watchdog.h). More than the longest step or

@@ -12,6 +12,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 
+#include "backend/devices.h"
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "backend/throughput.h"
@@ -264,7 +265,14 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     if (!fs::exists(recorded_config)) write_file_atomic(recorded_config, read_text_file(config.source));
   }
 
-  Ops& ops = cpu_ops();
+  const Device device = select_device(config.run.device, "run.device");
+  Ops& ops = *device.ops;
+  if (!device.on_host() && ranks > 1) {
+    throw Error(cat("training on ", device.name, " runs one process for now: more ranks need the NCCL/RCCL ",
+                    "communicator, which zaya does not have yet"))
+        .file(config.source)
+        .field("run.device");
+  }
   const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
   // Rank 0 chooses the checkpoint (and alone reports damaged ones); every rank reads it.
   const CheckpointChoice choice = leader ? choose_checkpoint(run_dir) : CheckpointChoice{};
@@ -306,8 +314,11 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   } else if (!config.model.init.empty()) {
     load_weights(config.model.init, params, model_config.tie_word_embeddings);
   } else {
-    init_parameters(params, model_config.initializer_range, config.run.seed,
+    // Drawn on the host (the same numbers on every device), then placed.
+    ParameterStore drawn(dims, params.table().experts());
+    init_parameters(drawn, model_config.initializer_range, config.run.seed,
                     config.model.router_init == "fan_in");
+    params.copy_values_from(drawn);
   }
   if (state.stage > int64_t(config.stages.size())) {
     throw Error(
@@ -363,7 +374,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                        : "",
                           ", ", num_threads(), " threads each")
                     : ""));
-  say(describe_precision(config.run.precision, precision));
+  say(cat("device ", device.description, "; ", describe_precision(config.run.precision, precision)));
   const double gemm_flops = measure_gemm_flops(ops, precision);  // the same measure as zaya bench step
   say(cat("MFU is against this rank's ", precision == Precision::BF16 ? "bf16 GEMM" : "sgemm",
           " rate, measured now: ", std::lround(gemm_flops / 1e9), " GFLOP/s"));
@@ -405,9 +416,18 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     options.seed = config.run.seed + uint64_t(state.step);
     options.stop_token = tokenizer.eos_id();
     const std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
-    const std::vector<int32_t> tokens = expert_group
-                                            ? generate_in_expert_group(model, prompt, options, *expert_group)
-                                            : generate(model, prompt, options);
+    std::vector<int32_t> tokens;
+    if (expert_group) {
+      tokens = generate_in_expert_group(model, prompt, options, *expert_group);
+    } else if (device.on_host()) {
+      tokens = generate(model, prompt, options);
+    } else {
+      // Generation decodes on the CPU (its cache lives on the host): from a copy of the weights.
+      ParameterStore host(dims);
+      params.copy_values_to(host);
+      ZayaModel sampler(host, cpu_ops(), resolve_precision("auto", cpu_ops()));
+      tokens = generate(sampler, prompt, options);
+    }
     if (!leader) return;
     const std::string text = tokenizer.decode(tokens, true);
     log->event("sample", state.step,
@@ -445,16 +465,18 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     const bool inject = std::find(config.debug.nan_steps.begin(), config.debug.nan_steps.end(),
                                   state.step + 1) != config.debug.nan_steps.end();
     float* poisoned = params.value(params.table().params().front());
-    const float saved_weight = *poisoned;
+    float saved_weight = 0;
+    const float nan = NAN;
     if (inject) {
-      *poisoned = NAN;
+      params.memory().copy_to_host(&saved_weight, poisoned, sizeof saved_weight);
+      params.memory().copy_from_host(poisoned, &nan, sizeof nan);
       model.weights_changed();
     }
     const auto start = Clock::now();
     const StepReport report = train_step.run(micro_batches, lr_factor);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (inject) {
-      *poisoned = saved_weight;
+      params.memory().copy_from_host(poisoned, &saved_weight, sizeof saved_weight);
       model.weights_changed();
     }
 

@@ -62,5 +62,23 @@ check "a negative --batch, in a few words" 2 "--batch: must be positive, got -5 
 check "--batch x --seq past 2^31 tokens" 1 "is more than 2147483648 tokens a step" -- \
   "$zaya" bench step --preset tiny --batch 4000000000 --seq 4000000000
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
+# bench ops: every computing op of the table (read from ops.h, as the GPU tests do) in the table it prints;
+# the CPU against itself, the baseline that runs everywhere.
+out=$("$zaya" bench ops --device cpu --preset tiny --repeats 1 2>&1)
+code=$?
+ops=$(grep -oP 'virtual [^(;]*?\K\w+(?=\()' "$fixtures/../../src/backend/ops.h" |
+  grep -vxE 'Ops|memory|synchronize|rate_probe_size|copy_from_host|zero|fast_bf16|copy_to_host|cca_conv_scratch')
+missing=""
+for op in $ops; do grep -q "^$op " <<<"$out" || missing="$missing $op"; done
+[ "$code" -eq 0 ] && [ -n "$ops" ] && [ -z "$missing" ] && ok "bench ops prints every op ($(wc -w <<<"$ops"))" \
+  || fail "bench ops: exit $code, missing:$missing"
+check "bench ops with a device that does not exist" 1 "field '--device': expected" -- \
+  "$zaya" bench ops --device tpu
+check "bench step on a GPU this build cannot use (no build links HIP yet)" 1 "field '--device'" -- \
+  "$zaya" bench step --preset tiny --device hip
+check "forward on a GPU this build cannot use" 1 "field '--device'" -- \
+  "$zaya" forward --model "$tmp/tiny" --input "$tmp/ids.safetensors" --output "$tmp/gpu_out.safetensors" --device hip
+lines=$("$zaya" bench ops --device tpu 2>&1 | wc -l)
+[ "$lines" -eq 1 ] && ok "the --device error is one line" || fail "the --device error is $lines lines, want 1"
 
 report

@@ -102,6 +102,14 @@ out=$("$zaya" train "$tmp/bad.toml" --run-dir "$tmp/g" 2>&1)
   || fail "config error: $out"
 out=$(train --run-dir "$tmp/g" --set optimizer.lr=-1 2>&1)
 [ $? -eq 1 ] && grep -q "field 'optimizer.lr'" <<<"$out" && ok "a bad --set value names the key" || fail "bad --set: $out"
+out=$(train --run-dir "$tmp/g" --set run.device=tpu 2>&1)
+[ $? -eq 1 ] && grep -q "field 'run.device'" <<<"$out" && ok "an unknown run.device names the key" \
+  || fail "run.device=tpu: $out"
+# No build links the HIP backend yet, and no CI machine has a GPU: asking for one is a one-line error that
+# names the file and the key, before anything is written.
+out=$(train --run-dir "$tmp/h" --set run.device=hip 2>&1)
+[ $? -eq 1 ] && grep -q "field 'run.device'" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] && [ ! -e "$tmp/h/checkpoints" ] \
+  && ok "a GPU that is not here: one line naming run.device" || fail "run.device=hip: $out"
 
 # 7. Export and generation.
 "$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" > /dev/null 2>&1 && [ -f "$tmp/model/tokenizer.json" ] \
