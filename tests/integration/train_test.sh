@@ -28,6 +28,40 @@ out=$( (ulimit -v 700000; "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --in
 [ $? -eq 1 ] && grep -q "line.txt.*out of memory" <<<"$out" && [ "$(ls "$tmp/long")" = "line.txt" ] \
   && ok "prepare out of memory: a clear error, nothing left behind" || fail "prepare out of memory: $out; $(ls "$tmp/long")"
 entropy=$("$zaya" inspect "$tmp/docs_train" | sed -n 's/^unigram entropy: \([0-9.]*\) nats.*/\1/p')
+# zaya prepare killed at each of its commits (strace kills it as it enters the Nth rename: a .bin or .idx
+# about to take its final name), writing anew and over an older dataset: every dataset left with an index is
+# byte for byte the finished one (the new or, over an older one, the old), and a .bin without its index is
+# refused; what is unfinished keeps its temporary name. Then a run into the same place finishes as if alone.
+prepare_into() { "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$1" --output "$2" --val-fraction 0.05; }
+mkdir -p "$tmp/kill/small"
+cp "$tmp"/corpus/a*.txt "$tmp/kill/small/" 2>/dev/null || cp "$tmp"/corpus/a* "$tmp/kill/small/"
+prepare_into "$tmp/kill/small" "$tmp/kill/old" > /dev/null 2>&1
+commits=$(strace -f -qq -e trace=rename -o "$tmp/kill/trace" "$zaya" prepare --tokenizer "$tmp/tokenizer.json" \
+  --input "$tmp/corpus" --output "$tmp/kill/new" --val-fraction 0.05 > /dev/null 2>&1; grep -c "rename(" "$tmp/kill/trace")
+bad=""
+for over in none old; do
+  for n in $(seq 1 "$commits"); do
+    rm -rf "$tmp/kill/run" && mkdir "$tmp/kill/run"
+    [ $over = old ] && for f in "$tmp"/kill/old_*; do cp "$f" "$tmp/kill/run/docs${f##*/old}"; done
+    { strace -f -qq -o /dev/null -e trace=rename -e inject=rename:signal=KILL:when=$n \
+      "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/kill/run/docs" \
+      --val-fraction 0.05 > /dev/null; } 2>/dev/null  # and bash's own "Killed"
+    for part in train val; do
+      at=$tmp/kill/run/docs_$part
+      if [ -e "$at.idx" ]; then
+        { cmp -s "$at.idx" "$tmp/kill/new_$part.idx" && cmp -s "$at.bin" "$tmp/kill/new_$part.bin"; } ||
+          { cmp -s "$at.idx" "$tmp/kill/old_$part.idx" && cmp -s "$at.bin" "$tmp/kill/old_$part.bin"; } ||
+          bad="$bad $over/$n/$part:mixed"
+      elif [ -e "$at.bin" ]; then
+        "$zaya" inspect "$at" > /dev/null 2>&1 && bad="$bad $over/$n/$part:bin-accepted"
+      fi
+    done
+  done
+done
+prepare_into "$tmp/corpus" "$tmp/kill/run/docs" > /dev/null 2>&1 && cmp -s "$tmp/kill/run/docs_train.bin" \
+  "$tmp/kill/new_train.bin" || bad="$bad rerun"
+[ "$commits" -eq 4 ] && [ -z "$bad" ] && ok "prepare killed at each of its $commits commits: nothing mistakable" \
+  || fail "prepare killed at its commits ($commits):$bad"
 
 set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=\"$tmp/docs_val\""
           --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}" --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}")
