@@ -78,10 +78,12 @@ if(NOT ZAYA_SANITIZE AND (ZAYA_GPU STREQUAL "auto" OR ZAYA_GPU STREQUAL "hip"))
                 -o ${object} -MD -MF ${object}.d
         DEPFILE ${object}.d
         DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/backend/gpu/${source}
-        COMMENT "hipcc ${source} (${hip_architectures})")
+        COMMENT "hipcc ${source}")
       list(APPEND hip_objects ${object})
     endforeach()
     add_custom_target(zaya_gpu_hip ALL DEPENDS ${hip_objects})
-    message(STATUS "zaya: compiling the HIP kernels with ${ZAYA_HIPCC} (${hip_architectures})")
+    string(REPLACE "--offload-arch=" "" hip_targets "${hip_architectures}")
+    string(REPLACE ";" ", " hip_targets "${hip_targets}")
+    message(STATUS "zaya: compiling the HIP kernels with ${ZAYA_HIPCC} (${hip_targets}); not linked: no hipBLASLt")
   endif()
 endif()
