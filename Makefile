@@ -1,6 +1,6 @@
 # The two quick-start commands (README): `make demo` and `make test`. Each installs what is missing,
 # builds what is out of date, then runs. Nothing is reinstalled or rebuilt when up to date. Each step
-# says its name first (`== zaya: ...`), and ninja counts the files it compiles ([N/M]), so the ~15 minutes
+# says its name first (`== zaya: ...`), and ninja counts the files it compiles ([N/M]), so the ~20 minutes
 # from nothing never look hung. After changing this file, scripts/ or a CMake file, run the fresh-machine
 # check (docs/CONTRIBUTING.md): CI's machine is already set up and cannot show a missing install step.
 
