@@ -123,14 +123,13 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   if (aux_.enabled()) {
     // Per token: switch_weight * E * sum_e f_e p_e + z_weight * lse^2, with f_e this batch's share of expert
     // e (a constant) and the same loss_scale as the cross-entropy terms.
-    std::vector<float> route_coef(size_t(routes), 0.0f);
+    staging_.assign(size_t(routes), 0.0f);  // [routes]: the skip route's coefficient stays 0
     const std::vector<int64_t>& counts = routing_[size_t(layer)].counts;
     for (int64_t e = 0; e < E; ++e) {
-      route_coef[size_t(e)] =
-          loss_scale_ * aux_.switch_weight * float(E) * float(counts[size_t(e)]) / float(T);
+      staging_[size_t(e)] = loss_scale_ * aux_.switch_weight * float(E) * float(counts[size_t(e)]) / float(T);
     }
     float* device_coef = f(routes);
-    ops_.copy_from_host(device_coef, route_coef.data(), route_coef.size() * sizeof(float));
+    ops_.copy_from_host(device_coef, staging_.data(), size_t(routes) * sizeof(float));
     ops_.router_aux_backward(a.probs, a.router_lse, T, routes, device_coef,
                              2.0f * loss_scale_ * aux_.z_weight, d_logits);
   }

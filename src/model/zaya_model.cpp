@@ -238,18 +238,20 @@ void ZayaModel::embed(const Batch& batch, float* out) {
 void ZayaModel::rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin) {
   const LayerDims& dims = dims_.layer[size_t(layer)];
   const int64_t half = dims.rotary_dim / 2;
-  std::vector<float> host_cos(size_t(count * half)), host_sin(size_t(count * half));
+  staging_.resize(size_t(2 * count * half));  // [count, half] cos, then sin; its capacity is kept
+  float* host_cos = staging_.data();
+  float* host_sin = host_cos + count * half;
   // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
     for (int64_t s = 0; s < count; ++s) {
       const float angle = float(first + s) * inv_freq;
-      host_cos[size_t(s * half + i)] = std::cos(angle);
-      host_sin[size_t(s * half + i)] = std::sin(angle);
+      host_cos[s * half + i] = std::cos(angle);
+      host_sin[s * half + i] = std::sin(angle);
     }
   }
-  cos = to_device(host_cos.data(), count * half);
-  sin = to_device(host_sin.data(), count * half);
+  cos = to_device(host_cos, count * half);
+  sin = to_device(host_sin, count * half);
 }
 
 void ZayaModel::rope_tables(const Batch& batch) {

@@ -21,8 +21,11 @@ TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController
     shared_.push_back(std::move(region));
   }
   for (const ParamInfo& param : model.params().table().params()) {
-    if (param.role == ParamRole::BalancingBias) biases_.push_back(&param);
+    if (param.role != ParamRole::BalancingBias) continue;
+    biases_.push_back(&param);
+    bias_values_.emplace_back(size_t(param.numel()));
   }
+  for (std::vector<float>& values : bias_values_) bias_pointers_.push_back(values.data());
 }
 
 TrainStep::~TrainStep() = default;
@@ -138,15 +141,12 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   // The controller updates the biases on the host: read, updated, written back (a few floats per layer).
-  std::vector<std::vector<float>> biases;
-  std::vector<float*> updated;
-  biases.reserve(biases_.size());
-  for (const ParamInfo* param : biases_) {
-    biases.push_back(params.read_value(*param));
-    updated.push_back(biases.back().data());
+  for (size_t l = 0; l < biases_.size(); ++l) {
+    params.memory().copy_to_host(bias_values_[l].data(), params.value(*biases_[l]),
+                                 bias_values_[l].size() * sizeof(float));
   }
-  balancing_.update(counts, updated);
-  for (size_t l = 0; l < biases_.size(); ++l) params.write_value(*biases_[l], biases[l].data());
+  balancing_.update(counts, bias_pointers_);
+  for (size_t l = 0; l < biases_.size(); ++l) params.write_value(*biases_[l], bias_values_[l].data());
   return report;
 }
 

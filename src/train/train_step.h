@@ -73,6 +73,8 @@ class TrainStep {
   std::vector<std::unique_ptr<GradientReducer>> reducers_;  // one per shared region
   int64_t shared_bytes_ = 0;                                // their size
   std::vector<const ParamInfo*> biases_;                    // each layer's balancing_biases
+  std::vector<std::vector<float>> bias_values_;             // their host copy, which the controller updates
+  std::vector<float*> bias_pointers_;                       // into bias_values_
 };
 
 // The metrics of per-layer route counts and router statistics summed over a batch of `tokens` tokens.
