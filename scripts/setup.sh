@@ -20,6 +20,8 @@ packages=(
   libcpp-httplib-dev    # the HTTP server of zaya serve
   curl                  # the client of the serve test
   iproute2              # network namespaces: the hosts of the hosts test
+  munge slurmctld slurmd slurm-client  # a Slurm cluster of our own for the slurm test (its daemons start
+                        # only where /etc/slurm/slurm.conf exists; the test runs its own)
   strace                # fault injection: the train test kills zaya prepare at each of its commits
   hipcc libamdhip64-dev # HIP: the GPU kernels compiled for AMD (gfx90a, gfx940) in every build
   python3.11-doc        # the default demo corpus: the Python documentation sources

@@ -10,47 +10,12 @@
 set -u
 zaya=$1 compare=$2 configs=$3
 source "$(dirname "$0")/report.sh"
-skip() { echo "skipped: $1"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-command -v ip > /dev/null || skip "no iproute2 (ip)"
 command -v mpirun > /dev/null || { echo "FAIL: mpirun is missing (scripts/setup.sh installs openmpi-bin)"; exit 1; }
 
 tmp=$(mktemp -d)
-tag=z$$  # this run's namespaces: zNNN-sw (the two bridges), zNNN-h1, zNNN-h2
-management=(10.77.0.1 10.77.0.2) training=(10.78.0.1 10.78.0.2)
-cleanup() {
-  for ns in "$tag-h1" "$tag-h2" "$tag-sw"; do
-    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-# inside NS COMMAND...: COMMAND in namespace NS's network (nsenter, not `ip netns exec`, which remounts / and fails
-# in a chroot such as the fresh-machine check's).
-inside() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
-command -v nsenter > /dev/null || skip "no nsenter (util-linux)"
-ip netns add "$tag-sw" 2>/dev/null || skip "cannot create a network namespace here (no CAP_SYS_ADMIN?)"
-inside "$tag-sw" ip link add br0 type bridge 2>/dev/null || skip "cannot create a bridge in a namespace"
-inside "$tag-sw" ip link add br1 type bridge
-inside "$tag-sw" ip link set br0 up
-inside "$tag-sw" ip link set br1 up
-for i in 1 2; do
-  ns=$tag-h$i
-  ip netns add "$ns"
-  inside "$ns" ip link set lo up
-  # eth0 on the management bridge (br0), eth1 on the training bridge (br1).
-  for n in 0 1; do
-    ip link add "$tag-$n$i" type veth peer name "eth$n" netns "$ns"
-    ip link set "$tag-$n$i" netns "$tag-sw"
-    inside "$tag-sw" ip link set "$tag-$n$i" master "br$n" up
-  done
-  inside "$ns" ip addr add "${management[$((i - 1))]}/24" dev eth0
-  inside "$ns" ip addr add "${training[$((i - 1))]}/24" dev eth1
-  inside "$ns" ip link set eth0 up
-  inside "$ns" ip link set eth1 up
-done
-ok "two hosts, each on a management (10.77.0.0/24) and a training (10.78.0.0/24) network"
+source "$(dirname "$0")/namespace_hosts.sh"
+trap 'remove_hosts; rm -rf "$tmp"' EXIT
+make_hosts 2
 
 # Open MPI starts its daemon on a host with this agent (as it would with ssh): the host's management
 # address names its namespace. mpirun itself runs on host 1.
