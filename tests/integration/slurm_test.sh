@@ -34,16 +34,16 @@ on() {
 
 # munge: one daemon with a key of our own serves both hosts (its socket is a file both see; on a real cluster
 # each host runs one with the same key).
-mkdir -p "$slurm/state" "$slurm/local"
+mkdir -p "$slurm/state"
 dd if=/dev/urandom of="$slurm/munge.key" bs=1024 count=1 status=none
 chmod 600 "$slurm/munge.key"
 munged --force --key-file="$slurm/munge.key" --socket="$slurm/munge.socket" --pid-file="$slurm/munged.pid" \
-  --log-file="$slurm/munged.log" --seed-file="$slurm/munged.seed" ||
+  --log-file="$slurm/munged.log" --seed-file="$slurm/munged.seed" --origin=127.0.0.1 ||
   { fail "munged did not start"; tail -3 "$slurm/munged.log"; report; exit; }
 
-# One core per node, so that two tasks are one on each host. TmpFS is each host's own local directory: the
-# slurmd of host N sees $slurm/local-hN there (Slurm's PMIx server keeps its files in it, and would collide
-# if both hosts shared one).
+# One core per node, so that two tasks are one on each host. TmpFS is each host's own local directory (Slurm
+# puts the node's name for %n): Slurm's PMIx server keeps its files there, which would collide if both
+# hosts shared one.
 cat > "$SLURM_CONF" <<CONF
 ClusterName=zaya
 SlurmctldHost=h1(${management[0]})
@@ -57,7 +57,7 @@ SlurmctldPidFile=$slurm/slurmctld.pid
 SlurmdPidFile=$slurm/slurmd-%n.pid
 SlurmctldLogFile=$slurm/slurmctld.log
 SlurmdLogFile=$slurm/slurmd-%n.log
-TmpFS=$slurm/local
+TmpFS=$slurm/local-%n
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -70,8 +70,7 @@ CONF
 on 1 slurmctld || { fail "slurmctld did not start"; tail -3 "$slurm/slurmctld.log"; report; exit; }
 for host in 1 2; do
   mkdir -p "$slurm/spool-h$host" "$slurm/local-h$host"
-  inside "$tag-h$host" unshare --uts --mount --propagation private sh -c \
-    "hostname h$host && mount --bind '$slurm/local-h$host' '$slurm/local' && exec slurmd -N h$host" ||
+  on $host slurmd -N h$host ||
     { fail "slurmd on host $host did not start"; tail -3 "$slurm/slurmd-h$host.log"; report; exit; }
 done
 for _ in $(seq 300); do [ "$(on 1 sinfo -h -o %T 2>/dev/null)" = idle ] && break; sleep 0.1; done
