@@ -12,13 +12,27 @@ namespace zaya::fuzz {
 
 namespace {
 
+// This process's scratch directory, removed when it exits. In memory where the machine has a memory file
+// system: targets write files at every execution, and on a disk those writes were most of a target's time.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    path_ = access("/dev/shm", W_OK) == 0 ? "/dev/shm/zaya_fuzz_XXXXXX" : "/tmp/zaya_fuzz_XXXXXX";
+    if (!mkdtemp(path_.data())) std::abort();
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    std::string pattern = "/tmp/zaya_fuzz_XXXXXX";
-    if (!mkdtemp(pattern.data())) std::abort();
-    return pattern;
-  }();
-  return dir;
+  static const ScratchDir dir;
+  return dir.path();
 }
 
 }  // namespace
