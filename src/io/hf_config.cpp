@@ -100,7 +100,8 @@ std::map<std::string, RopeParameters> ZayaConfig::default_rope_parameters() {
 }
 
 void ZayaConfig::fill_defaults() {
-  if (layer_types.empty()) layer_types.assign(size_t(num_hidden_layers), std::string(kLayerFull));
+  if (layer_types.empty() && num_hidden_layers > 0 && num_hidden_layers <= kMaxLayers)
+    layer_types.assign(size_t(num_hidden_layers), std::string(kLayerFull));
 }
 
 ZayaConfig parse_config(std::string_view json_text, const std::string& source) {
@@ -191,6 +192,10 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
     if (value <= 0) throw fail(name, cat("must be positive, got ", value));
     if (value > kMaxDimension)
       throw fail(name, cat(value, " is past the largest size zaya takes, ", kMaxDimension));
+  }
+  if (c.num_hidden_layers > kMaxLayers) {
+    throw fail("num_hidden_layers",
+               cat(c.num_hidden_layers, " is past the most layers zaya takes, ", kMaxLayers));
   }
   // Every size zaya derives from these (tensor elements, offsets, bytes) must fit an int64 with room to
   // spare: bound the parameter count, counted in floating point so that the check itself cannot overflow.

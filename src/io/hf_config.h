@@ -59,7 +59,8 @@ struct ZayaConfig {
   static std::map<std::string, RopeParameters> default_rope_parameters();
 
   const std::string& layer_type(int64_t layer) const { return layer_types.at(size_t(layer)); }
-  // The (possibly defaulted) layer types filled in, so that layer_type(i) works for every layer.
+  // The (possibly defaulted) layer types filled in, so that layer_type(i) works for every layer; for a layer
+  // count outside 1..kMaxLayers none are (validate_config reports the count).
   void fill_defaults();
 };
 
@@ -68,8 +69,10 @@ ZayaConfig parse_config(std::string_view json_text, const std::string& source);
 ZayaConfig load_config(const std::string& path);
 // Checks the combination of values (heads divisible by KV heads, layer_types length, ...), and that the
 // sizes are ones zaya can count: each at most kMaxDimension, the parameters at most kMaxParameters (2^48,
-// 30000 times ZAYA1's), so that no size derived from them overflows.
+// 30000 times ZAYA1's), so that no size derived from them overflows, and at most kMaxLayers layers (each
+// layer has bookkeeping of its own, however small its tensors; ZAYA1 has 40 layers).
 inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
+inline constexpr int64_t kMaxLayers = int64_t(1) << 16;
 inline constexpr long double kMaxParameters = 0x1p48L;
 void validate_config(const ZayaConfig& config, const std::string& source);
 std::string config_to_json(const ZayaConfig& config);

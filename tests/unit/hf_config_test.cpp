@@ -126,7 +126,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Sizes zaya cannot count.
         BadConfig{R"({"hidden_size": 9223372036854775807})", "hidden_size"},
         BadConfig{R"({"vocab_size": 18446744073709551615})", "vocab_size"},
-        BadConfig{R"({"hidden_size": 1073741824, "num_experts": 1048576})", "hidden_size"}));
+        BadConfig{R"({"hidden_size": 1073741824, "num_experts": 1048576})", "hidden_size"},
+        // Found by the fuzzer: the default layer types were made before the count was checked (110 GB).
+        BadConfig{R"({"num_hidden_layers": 3444444510})", "num_hidden_layers"},
+        BadConfig{R"({"num_hidden_layers": 65537})", "num_hidden_layers"}));
 
 TEST(ZayaConfig, RejectsFilesThatAreNotConfigs) {
   EXPECT_THROW(parse_config("[1]", "x.json"), Error);
