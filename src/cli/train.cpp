@@ -82,6 +82,7 @@ void run_train(const TrainArgs& args) {
     return;
   }
   if (args.run_dir.empty()) throw Error("is required to train").field("--run-dir");
+  refuse_tasks_without_mpi();
   const StopSignals signals;  // before MPI and the training start their threads
   std::unique_ptr<Communicator> comm =
       launched_by_mpi() ? make_mpi_communicator() : make_single_process_communicator();

@@ -64,6 +64,10 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 
 // True when this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
 bool launched_by_mpi();
+// Throws when srun started this step's several tasks without an MPI plugin (no PMI or PMIx in the
+// environment: srun without --mpi on a cluster whose default is none). Each task would otherwise train
+// alone, as if it were the whole job.
+void refuse_tasks_without_mpi();
 // MPI_COMM_WORLD; initialises MPI (funnelled threads: only the calling thread makes MPI calls) and
 // finalises it when destroyed. Larger buffers than max_elements_per_call (at most 2^31 - 1, MPI's `int`
 // counts) are moved in rounds; tests set it small to exercise that path.

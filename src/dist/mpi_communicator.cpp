@@ -201,6 +201,14 @@ bool launched_by_mpi() {
   return false;
 }
 
+void refuse_tasks_without_mpi() {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");  // set by srun for the tasks of a step
+  if (launched_by_mpi() || !tasks || std::strtoll(tasks, nullptr, 10) <= 1) return;
+  throw Error(cat("srun started ", tasks,
+                  " tasks without MPI (no PMI or PMIx in their environment), so each would train alone: run "
+                  "srun with --mpi=pmix (`srun --mpi=list` shows what this cluster has)"));
+}
+
 std::unique_ptr<Communicator> make_mpi_communicator(int64_t max_elements_per_call) {
   if (max_elements_per_call < 1 || max_elements_per_call > INT_MAX)
     throw Error(cat("an MPI call moves 1 to ", INT_MAX, " elements, not ", max_elements_per_call));

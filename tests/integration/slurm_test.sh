@@ -2,7 +2,8 @@
 # Slurm, the launcher of our users' clusters: a Slurm cluster of our own from Debian's packages on two hosts
 # made of network namespaces (namespace_hosts.sh). munge authenticates; slurmctld runs on host 1; a slurmd
 # runs on each host, with its own hostname and its own local temporary directory, as on separate machines;
-# Slurm talks over the management network, the ranks' MPI over TCP on the training network. It trains with
+# Slurm talks over the management network, the ranks' MPI over TCP on the training network. srun without
+# --mpi must be refused by every task (each would otherwise train alone). Then it trains with
 # the README's line, `srun --mpi=pmix --ntasks 2 --kill-on-bad-exit=1 zaya train ...`, expert-parallel
 # across the two hosts, against one process; then takes host 2's training link down mid-run: the job must
 # end within run.hang_timeout_s and a few seconds, with the reason printed, and `srun --ntasks 1` resumes
@@ -90,6 +91,15 @@ srun_zaya() {  # srun_zaya TASKS ARGS...: the README's srun line, from host 1
 }
 
 source "$(dirname "$0")/tiny_run.sh"
+
+# srun without --mpi (the cluster's MpiDefault is none) starts tasks that know nothing of each other: each
+# must refuse, saying why, before it trains or touches the run directory.
+on 1 timeout 120 srun --ntasks 2 "$zaya" "${args[@]}" --run-dir "$tmp/no_mpi" > "$tmp/no_mpi.log" 2>&1
+code=$?
+refused=$(grep -c "srun started 2 tasks without MPI" "$tmp/no_mpi.log")
+[ $code -ne 0 ] && [ "$refused" = 2 ] && [ ! -e "$tmp/no_mpi/checkpoints" ] \
+  && ok "srun without --mpi: both tasks refuse (exit $code): $(grep -m1 -o "srun started.*" "$tmp/no_mpi.log")" \
+  || { fail "srun without --mpi: exit $code, $refused tasks refused"; tail -5 "$tmp/no_mpi.log"; }
 
 "$zaya" "${args[@]}" --run-dir "$tmp/one" > "$tmp/one.log" 2>&1 || { fail "one process"; tail -5 "$tmp/one.log"; }
 srun_zaya 2 "${args[@]}" --set run.expert_parallel=2 --run-dir "$tmp/srun" > "$tmp/srun.log" 2>&1 \

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/hang_watchdog.h"
 #include "dist/watched_communicator.h"
@@ -55,6 +57,33 @@ TEST(SingleProcessCommunicator, IsRankZeroOfOneAndItsCollectivesCopy) {
 
 // The watched communicator passes every collective through (the single-process results above), and a
 // split group is watched too.
+// Sets an environment variable for the scope of a test, or removes it (nullptr).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(Launch, SeveralSrunTasksWithoutMpiAreRefused) {
+  const ScopedEnv no_pmix("PMIX_RANK", nullptr), no_pmi("PMI_RANK", nullptr),
+      no_pmi_size("PMI_SIZE", nullptr), no_ompi("OMPI_COMM_WORLD_SIZE", nullptr);
+  EXPECT_NO_THROW(refuse_tasks_without_mpi());  // not under srun
+  {
+    const ScopedEnv tasks("SLURM_STEP_NUM_TASKS", "1");
+    EXPECT_NO_THROW(refuse_tasks_without_mpi());  // one task is a one-process run
+  }
+  const ScopedEnv tasks("SLURM_STEP_NUM_TASKS", "2");
+  EXPECT_THAT([] { refuse_tasks_without_mpi(); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("srun started 2 tasks without MPI")));
+  const ScopedEnv pmix("PMIX_RANK", "0");
+  EXPECT_NO_THROW(refuse_tasks_without_mpi());  // srun --mpi=pmix
+}
+
 TEST(WatchedCommunicator, PassesCollectivesThrough) {
   const std::unique_ptr<Communicator> inner = make_single_process_communicator();
   HangWatchdog watchdog(60, "rank 0 of 1");
