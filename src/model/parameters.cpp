@@ -155,8 +155,12 @@ TensorView ParameterStore::value_view(const ParamInfo& param) const {
 
 std::vector<float> ParameterStore::read_value(const ParamInfo& param) const {
   std::vector<float> host(size_t(param.numel()));
-  memory_.copy_to_host(host.data(), value(param), host.size() * sizeof(float));
+  read_value(param, host.data());
   return host;
+}
+
+void ParameterStore::read_value(const ParamInfo& param, float* host) const {
+  memory_.copy_to_host(host, value(param), size_t(param.numel()) * sizeof(float));
 }
 
 void ParameterStore::write_value(const ParamInfo& param, const float* host) {

@@ -104,6 +104,7 @@ class ParameterStore {
   MemoryResource& memory() const { return memory_; }
   // One parameter's values through the host (files, initialisation, checkpoints), wherever they live.
   std::vector<float> read_value(const ParamInfo& param) const;
+  void read_value(const ParamInfo& param, float* host) const;  // into host[numel]
   void write_value(const ParamInfo& param, const float* host);
   // Every value from or to `host`, a store of the same table in the host's memory.
   void copy_values_from(const ParameterStore& host);

@@ -179,8 +179,8 @@ class ZayaModel {
   std::vector<RouterLayerStats> routing_;  // the host's copy of the router statistics, per layer
   AlignedBuffer step_sums_;                // [1 + layers * layer_sums()] doubles: the loss, then per layer
   std::vector<double> host_sums_;          // step_sums_ read to the host
-  std::vector<float>
-      staging_;  // host values on their way to the backend's memory (RoPE tables, aux coefficients)
+  // Host values on their way to the backend's memory (RoPE tables, aux coefficients); capacity kept.
+  std::vector<float> staging_;
   RouterAuxLoss aux_;
   Communicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group

@@ -141,10 +141,7 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   std::vector<std::vector<int64_t>> counts;
   for (const RouterLayerStats& stats : routing) counts.push_back(stats.counts);
   // The controller updates the biases on the host: read, updated, written back (a few floats per layer).
-  for (size_t l = 0; l < biases_.size(); ++l) {
-    params.memory().copy_to_host(bias_values_[l].data(), params.value(*biases_[l]),
-                                 bias_values_[l].size() * sizeof(float));
-  }
+  for (size_t l = 0; l < biases_.size(); ++l) params.read_value(*biases_[l], bias_values_[l].data());
   balancing_.update(counts, bias_pointers_);
   for (size_t l = 0; l < biases_.size(); ++l) params.write_value(*biases_[l], bias_values_[l].data());
   return report;
