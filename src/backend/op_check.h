@@ -31,7 +31,7 @@ struct OpCheckShape {
 };
 
 struct OpCheckOptions {
-  Precision precision = Precision::F32;  // of the products, the attention and Newton-Schulz
+  Precision precision = Precision::F32;  // of the products, the attention, Newton-Schulz, the loss gradient
   int repeats = 5;                       // timed runs of each op on each backend, after the compared one
   uint64_t seed = 0;                     // of the random inputs
 };
@@ -50,7 +50,8 @@ struct OpCheckResult {
 };
 
 // The ops checked: every computing member of Ops (not memory, copies, zero, synchronize and the
-// properties rate_probe_size and fast_bf16; cca_conv_scratch, a size, is used by both convolutions).
+// properties rate_probe_size, loss_chunk_logits and fast_bf16; cca_conv_scratch, a size, is used by both
+// convolutions).
 const std::vector<std::string>& checked_ops();
 
 // Runs every op of checked_ops() at least once on `reference` and on `device` (which may be the same

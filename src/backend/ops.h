@@ -60,6 +60,11 @@ class Ops {
   // The side of the square product at which this backend's matrix products reach their rate (the MFU
   // denominator's measure): a CPU's at 1024, a GPU's only at several thousand.
   virtual int64_t rate_probe_size() const { return 1024; }
+  // How many logits the LM head and the loss score at once (ZayaModel::head's chunks of tokens). Each chunk
+  // adds its share into the head's whole f32 gradient, so small chunks cost a pass over that gradient each
+  // (2 GB at a 262k vocabulary): the CPU bounds its scratch at 64 MiB, a GPU takes a few GB to keep the
+  // product's depth in the thousands.
+  virtual int64_t loss_chunk_logits() const { return int64_t(1) << 24; }
   // Copies bytes from the host into this backend's memory (weights read from a file, a batch's tokens).
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   // bytes of device memory set to zero.
@@ -255,10 +260,11 @@ class Ops {
 
   // ---- loss --------------------------------------------------------------------------------------
   // Cross-entropy of logits [rows, vocab] against labels (ignore_index -100 contributes nothing). Adds the
-  // summed loss over rows to *loss_sum (a device value); when dlogits is given it receives grad_scale *
-  // d(sum)/dlogits and may alias logits.
+  // summed loss over rows to *loss_sum (a device value). The gradient grad_scale * d(sum)/dlogits goes to
+  // dlogits when given (which may alias logits) and, rounded to bf16, to dlogits_bf16 when given: a bf16
+  // step's head products read it so, and rounding it here saves a pass over the largest array of the step.
   virtual void cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                             float grad_scale, float* dlogits, double* loss_sum) = 0;
+                             float grad_scale, float* dlogits, BFloat16* dlogits_bf16, double* loss_sum) = 0;
 
  protected:
   // Copies bytes from this backend's memory to the host, after the work that writes them has finished.

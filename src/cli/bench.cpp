@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/devices.h"
 #include "backend/op_check.h"
+#include "backend/op_profiler.h"
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "backend/throughput.h"
@@ -39,6 +41,7 @@ struct StepArgs {
   std::string device = "auto";
   double peak_tflops = 0;  // the device's bf16 (or f32) peak from its data sheet; 0: not given
   bool json = false;
+  bool profile = false;
 };
 
 // The first `layers` layers of a model config (0 or more than it has: all of them).
@@ -61,6 +64,77 @@ int64_t step_tokens(int64_t batch, int64_t seq) {
 double median(std::vector<double> values) {
   std::nth_element(values.begin(), values.begin() + long(values.size() / 2), values.end());
   return values[values.size() / 2];
+}
+
+// More steps through an OpProfiler, the last profiled: each op's time, and the host's between them.
+struct StepProfile {
+  double step_seconds = 0;
+  std::vector<OpTime> rows;  // the slowest first
+  double outside_ops() const {
+    double in_ops = 0;
+    for (const OpTime& row : rows) in_ops += row.seconds;
+    return step_seconds - in_ops;
+  }
+};
+
+StepProfile profile_step(ParameterStore& params, Ops& ops, Precision precision, const Batch& batch,
+                         float loss_scale) {
+  OpProfiler profiler(ops);
+  ZayaModel zaya(params, profiler.ops(), precision);
+  // The first step grows this model's arenas, the second folds them into one block: the third is a step like
+  // every later one.
+  for (int warm_up = 0; warm_up < 2; ++warm_up) zaya.forward_backward(batch, loss_scale);
+  profiler.clear();
+  params.zero_grads();
+  ops.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  zaya.forward_backward(batch, loss_scale);
+  ops.synchronize();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return {elapsed.count(), profiler.times()};
+}
+
+nlohmann::json profile_json(const StepProfile& profile) {
+  nlohmann::json out = {{"step_seconds", profile.step_seconds},
+                        {"outside_ops_seconds", profile.outside_ops()}};
+  for (const OpTime& row : profile.rows) {
+    out["ops"].push_back(
+        {{"op", row.name}, {"calls", row.calls}, {"seconds", row.seconds}, {"flops", row.flops}});
+  }
+  return out;
+}
+
+// The first 30 rows, then the rest together.
+void print_profile(const StepProfile& profile) {
+  const double step = profile.step_seconds;
+  double product_seconds = 0, product_flops = 0;
+  for (const OpTime& row : profile.rows) {
+    if (row.flops > 0) product_seconds += row.seconds, product_flops += row.flops;
+  }
+  std::printf(
+      "profiled step (a wait for the device around each op): %.3f s; products %.3f s at %.1f TFLOP/s\n", step,
+      product_seconds, product_seconds > 0 ? product_flops / product_seconds / 1e12 : 0.0);
+  std::printf("%-48s %7s %10s %6s %9s\n", "op", "calls", "ms", "share", "TFLOP/s");
+  constexpr size_t kShown = 30;
+  double rest = 0;
+  int64_t rest_calls = 0;
+  for (size_t i = 0; i < profile.rows.size(); ++i) {
+    const OpTime& row = profile.rows[i];
+    if (i >= kShown) {
+      rest += row.seconds, rest_calls += row.calls;
+      continue;
+    }
+    std::printf("%-48s %7lld %10.3f %5.1f%%", row.name.c_str(), (long long)row.calls, 1e3 * row.seconds,
+                100 * row.seconds / step);
+    if (row.flops > 0) std::printf(" %9.1f", row.flops / row.seconds / 1e12);
+    std::printf("\n");
+  }
+  if (profile.rows.size() > kShown) {
+    std::printf("%-48s %7lld %10.3f %5.1f%%\n", cat(profile.rows.size() - kShown, " more rows").c_str(),
+                (long long)rest_calls, 1e3 * rest, 100 * rest / step);
+  }
+  std::printf("%-48s %7s %10.3f %5.1f%%\n", "outside the ops (the host)", "", 1e3 * profile.outside_ops(),
+              100 * profile.outside_ops() / step);
 }
 
 void run_step_bench(const StepArgs& args) {
@@ -104,6 +178,8 @@ void run_step_bench(const StepArgs& args) {
     governor.after_step();
   }
   const double step_seconds = median(seconds);
+  std::optional<StepProfile> profile;
+  if (args.profile) profile = profile_step(params, ops, precision, batch, 1.0f / float(tokens));
   const ModelStats stats = model_stats(model.params->table(), dims, args.seq);
   const double tokens_per_second = double(tokens) / step_seconds;
   const double model_flops = stats.training_flops_per_token * tokens_per_second;
@@ -125,6 +201,7 @@ void run_step_bench(const StepArgs& args) {
                           {"gemm_flops", gemm_flops},
                           {"mfu", mfu}};
     if (args.peak_tflops > 0) out["mfu_of_peak"] = peak_mfu;
+    if (profile) out["profile"] = profile_json(*profile);
     std::printf("%s\n", out.dump().c_str());
     return;
   }
@@ -141,6 +218,7 @@ void run_step_bench(const StepArgs& args) {
   if (args.peak_tflops > 0) {
     std::printf("MFU against the given peak of %.0f TFLOP/s: %.1f%%\n", args.peak_tflops, 100 * peak_mfu);
   }
+  if (profile) print_profile(*profile);
 }
 
 struct OptimizerArgs {
@@ -300,6 +378,8 @@ void add_bench_command(CLI::App& app) {
                    "the device's peak in TFLOP/s (its data sheet): MFU is also printed against it")
       ->check(non_negative());
   step->add_flag("--json", args->json, "print one JSON line");
+  step->add_flag("--profile", args->profile,
+                 "then one more step with each op timed on its own: where the step's time goes");
   step->callback([args] { run_step_bench(*args); });
 
   auto opt_args = std::make_shared<OptimizerArgs>();
@@ -326,8 +406,9 @@ void add_bench_command(CLI::App& app) {
                   "sequences of the micro-batch the ops are sized for (default 2)")
       ->check(positive());
   ops->add_option("--seq", ops_args->seq, "tokens per sequence (default 128)")->check(positive());
-  ops->add_option("--precision", ops_args->precision,
-                  "of the products, the attention and Newton-Schulz: fp32 (default) or bf16")
+  ops->add_option(
+         "--precision", ops_args->precision,
+         "of the products, the attention, Newton-Schulz and the loss gradient: fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   ops->add_option("--repeats", ops_args->repeats, "timed runs of each op, after the compared one (default 5)")
       ->check(positive());

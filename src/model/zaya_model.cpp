@@ -147,7 +147,7 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   if (host_batch.labels) {
     for (int64_t t = 0; t < T; ++t) result.labelled += host_batch.labels[t] != kIgnoreLabel;
   }
-  head(batch, xn_final_, keep_logits, train, loss_scale, result, logits, d_final);
+  head(batch, xn_final_, keep_logits, train, loss_scale, logits, d_final);
   read_step_sums(result);
   result.logits = logits;
   result.expert_choice = expert_choice_;
@@ -262,14 +262,23 @@ void ZayaModel::rope_tables(const Batch& batch) {
 }
 
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,
-                     float loss_scale, ForwardResult& result, float* logits, float* d_final) {
+                     float loss_scale, float* logits, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
-  // Chunks of about 16M logits bound the scratch whatever the vocabulary; a multiple of 16 rows, so that bf16
-  // products need no padding.
-  const int64_t chunk = std::max<int64_t>(16, std::min<int64_t>(T, (int64_t(1) << 24) / V / 16 * 16));
+  // Chunks of at most the backend's loss_chunk_logits bound the scratch whatever the vocabulary: as few as
+  // that allows, of one size (a remainder of a few rows would make a product too shallow to run at speed),
+  // a multiple of 16 rows so that bf16 products need no padding.
+  const int64_t most = std::max<int64_t>(16, ops_.loss_chunk_logits() / V / 16 * 16);
+  const int64_t chunks = (T + most - 1) / most;
+  const int64_t chunk = std::min(T, ((T + chunks - 1) / chunks + 15) / 16 * 16);
+  // A bf16 step's head products read the loss's gradient in bf16, which the loss writes directly; an f32
+  // gradient is written only for an f32 step or the head's bias (over the chunk's logits when those are not
+  // kept).
+  const bool bf16_grads = train && precision_ == Precision::BF16;
+  const bool f32_grads = train && (!bf16_grads || w_.lm_head_bias);
   const Arena::Mark mark = scratch_.mark();
   float* chunk_logits = keep_logits ? nullptr : scratch_.alloc<float>(size_t(chunk * V));
-  float* chunk_grads = keep_logits && train ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;
+  float* chunk_grads = keep_logits && f32_grads ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;
+  BFloat16* chunk_grads_bf16 = bf16_grads ? scratch_.alloc<BFloat16>(size_t(chunk * V)) : nullptr;
   const Operand hidden = product_input(final_hidden, T * H, scratch_);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
@@ -278,11 +287,11 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
               z, V);
     if (w_.lm_head_bias) ops_.add_bias(z, n, V, V, w_.lm_head_bias);
     if (!batch.labels) continue;
-    float* dz = train ? (keep_logits ? chunk_grads : z) : nullptr;
-    ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz, step_sums_.as<double>());
+    float* dz = f32_grads ? (keep_logits ? chunk_grads : z) : nullptr;
+    ops_.cross_entropy(z, batch.labels + t0, n, V, loss_scale, dz, chunk_grads_bf16, step_sums_.as<double>());
     if (!train) continue;
     const Arena::Mark chunk_mark = scratch_.mark();
-    const Operand d_logits = product_input(dz, n * V, scratch_);
+    const Operand d_logits = bf16_grads ? Operand(chunk_grads_bf16) : product_input(dz, n * V, scratch_);
     ops_.gemm(precision_, Trans::No, Trans::No, n, H, V, 1.0f, d_logits, V, m_.lm_head, H, 0.0f,
               d_final + t0 * H, H);
     ops_.gemm(precision_, Trans::Yes, Trans::No, V, H, n, 1.0f, d_logits, V, hidden.offset(t0 * H), H, 1.0f,

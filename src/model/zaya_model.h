@@ -162,7 +162,7 @@ class ZayaModel {
   // The LM head and the loss over chunks of tokens; with train, the head's backward is fused in and the
   // gradient of the final norm's output lands in d_final.
   void head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
-            ForwardResult& result, float* logits, float* d_final);
+            float* logits, float* d_final);
   void backward(const Batch& batch, float* d_final);
   void rope_tables(const Batch& batch);
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "core/dtype.h"
 #include "gpu/gpu_test_util.h"
 
 namespace zaya::test {
@@ -246,10 +247,11 @@ std::vector<int32_t> loss_labels(int64_t rows, int64_t vocab, uint64_t seed) {
   return labels;
 }
 
-// Each row's loss is max + log(sum of exp(z - max)), the sum in f32: the GPU's tree and the CPU's 8-lane
-// loop round it differently (about 1e-6 relative, with the ulps of exp), so the loss may differ by ~1e-6
-// per row, bounded here by 1e-5. The gradient exp(z - lse) inherits that lse difference: 1e-5 relative,
-// with 1e-9 absolute for the values near zero.
+// Each row's loss is max + log(sum of exp(z - max)), the sum in f32: the GPU's one pass (each thread's sum
+// rescaled as its max grows, then a tree) and the CPU's 8-lane loop after the max round it differently (about
+// 1e-6 relative, with the ulps of exp), so the loss may differ by ~1e-6 per row, bounded here by 1e-5. The
+// gradient exp(z - lse) inherits that lse difference: 1e-5 relative, with 1e-9 absolute for the values near
+// zero.
 constexpr double kRowLossTolerance = 1e-5;
 
 TEST_F(GpuLoss, CrossEntropyWithIgnoredRowsAndAliasing) {
@@ -264,22 +266,27 @@ TEST_F(GpuLoss, CrossEntropyWithIgnoredRowsAndAliasing) {
   std::vector<float> dlogits(logits.size());
 
   // With a separate gradient, overwritten (ignored rows to zero).
-  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, grad_scale, dlogits.data(), loss.data());
-  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, gdlogits.data(), gloss.data());
+  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, grad_scale, dlogits.data(), nullptr,
+                      loss.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, gdlogits.data(), nullptr,
+                      gloss.data());
   const auto got = gdlogits.host();
   EXPECT_TRUE(close(got, dlogits, 1e-9, 1e-5));
   for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(got[size_t(vocab + j)], 0.0f);  // row 1 is ignored
   EXPECT_NEAR(gloss.host()[0], loss[0], kRowLossTolerance * rows);
 
   // The loss alone, added to the same sum.
-  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, grad_scale, nullptr, loss.data());
-  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, nullptr, gloss.data());
+  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, grad_scale, nullptr, nullptr, loss.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, nullptr, nullptr,
+                      gloss.data());
   EXPECT_NEAR(gloss.host()[0], loss[0], kRowLossTolerance * rows);
 
   // The gradient written over the logits themselves.
   std::vector<float> in_place = logits;
-  cpu().cross_entropy(in_place.data(), labels.data(), rows, vocab, grad_scale, in_place.data(), loss.data());
-  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, glogits.data(), gloss.data());
+  cpu().cross_entropy(in_place.data(), labels.data(), rows, vocab, grad_scale, in_place.data(), nullptr,
+                      loss.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, glogits.data(), nullptr,
+                      gloss.data());
   EXPECT_TRUE(close(glogits.host(), in_place, 1e-9, 1e-5));
   EXPECT_TRUE(close(glogits.host(), dlogits, 1e-9, 1e-5));  // the same gradient as written apart
   EXPECT_NEAR(gloss.host()[0], loss[0], kRowLossTolerance * rows);
@@ -295,12 +302,45 @@ TEST_F(GpuLoss, LongRowsRepeatExactly) {
   DeviceArray<float> glogits(logits), gdlogits(logits.size());
   DeviceArray<int32_t> glabels(labels);
   DeviceArray<double> gloss(loss), gloss_again(loss);
-  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, 1.0f, dlogits.data(), loss.data());
-  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, 1.0f, gdlogits.data(), gloss.data());
+  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, 1.0f, dlogits.data(), nullptr, loss.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, 1.0f, gdlogits.data(), nullptr,
+                      gloss.data());
   EXPECT_TRUE(close(gdlogits.host(), dlogits, 1e-9, 1e-5));
   EXPECT_NEAR(gloss.host()[0], loss[0], kRowLossTolerance * rows);
-  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, 1.0f, nullptr, gloss_again.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, 1.0f, nullptr, nullptr,
+                      gloss_again.data());
   EXPECT_EQ(gloss_again.host()[0], gloss.host()[0]);  // a fixed order of sums, no atomics
+}
+
+// The bf16 gradient (what a bf16 step's head reads) is the f32 gradient rounded: bit for bit the GPU's own
+// f32 gradient, with or without it, and within a bf16 ulp of the CPU's rounded gradient (the f32 values
+// differ by ~1e-5 relative, so a value near a rounding tie may round the other way).
+TEST_F(GpuLoss, Bf16GradientIsTheF32OneRounded) {
+  const int64_t rows = 12, vocab = 3000;
+  const float grad_scale = 0.5f;
+  const auto logits = random_values(size_t(rows * vocab), 35, 8.0f);
+  const auto labels = loss_labels(rows, vocab, 36);
+  DeviceArray<float> glogits(logits), gdlogits(logits.size());
+  DeviceArray<BFloat16> gboth(logits.size()), galone(logits.size());
+  DeviceArray<int32_t> glabels(labels);
+  DeviceArray<double> gloss(std::vector<double>{0.0}), gloss_alone(std::vector<double>{0.0});
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, gdlogits.data(), gboth.data(),
+                      gloss.data());
+  gpu().cross_entropy(glogits.data(), glabels.data(), rows, vocab, grad_scale, nullptr, galone.data(),
+                      gloss_alone.data());
+  EXPECT_EQ(gloss_alone.host()[0], gloss.host()[0]);
+  std::vector<BFloat16> cpu_rounded(logits.size());
+  std::vector<double> loss{0.0};
+  cpu().cross_entropy(logits.data(), labels.data(), rows, vocab, grad_scale, nullptr, cpu_rounded.data(),
+                      loss.data());
+  const std::vector<float> f32 = gdlogits.host();
+  const std::vector<BFloat16> both = gboth.host(), alone = galone.host();
+  for (size_t i = 0; i < f32.size(); ++i) {
+    ASSERT_EQ(both[i].bits, f32_to_bf16(f32[i])) << i;
+    ASSERT_EQ(alone[i].bits, both[i].bits) << i;
+    const float gpu_value = bf16_to_f32(both[i].bits), cpu_value = bf16_to_f32(cpu_rounded[i].bits);
+    ASSERT_LE(std::abs(gpu_value - cpu_value), std::abs(cpu_value) / 128 + 1e-30f) << i;
+  }
 }
 
 }  // namespace

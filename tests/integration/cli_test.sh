@@ -62,12 +62,14 @@ check "a negative --batch, in a few words" 2 "--batch: must be positive, got -5 
 check "--batch x --seq past 2^31 tokens" 1 "is more than 2147483648 tokens a step" -- \
   "$zaya" bench step --preset tiny --batch 4000000000 --seq 4000000000
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
+check "bench step --profile: each op's share, and the host's" 0 "outside the ops (the host)" -- \
+  "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1 --profile
 # bench ops: every computing op of the table (read from ops.h, as the GPU tests do) in the table it prints;
 # the CPU against itself, the baseline that runs everywhere.
 out=$("$zaya" bench ops --device cpu --preset tiny --repeats 1 2>&1)
 code=$?
 ops=$(grep -oP 'virtual [^(;]*?\K\w+(?=\()' "$fixtures/../../src/backend/ops.h" |
-  grep -vxE 'Ops|memory|synchronize|rate_probe_size|copy_from_host|zero|fast_bf16|copy_to_host|cca_conv_scratch')
+  grep -vxE 'Ops|memory|synchronize|rate_probe_size|loss_chunk_logits|copy_from_host|zero|fast_bf16|copy_to_host|cca_conv_scratch')
 missing=""
 for op in $ops; do grep -q "^$op " <<<"$out" || missing="$missing $op"; done
 [ "$code" -eq 0 ] && [ -n "$ops" ] && [ -z "$missing" ] && ok "bench ops prints every op ($(wc -w <<<"$ops"))" \

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 
 namespace zaya {
@@ -405,7 +406,7 @@ TEST(OpsGradient, CrossEntropy) {
   Vec logits = random_vec(rows * vocab, 1, 2.0f), dlogits(rows * vocab);
   const std::vector<int32_t> labels = {2, -100, 5, 0};
   double total = 1.0;  // the loss is added to what is there
-  ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.5f, dlogits.data(), &total);
+  ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.5f, dlogits.data(), nullptr, &total);
   double want = 1.0;
   for (int64_t r = 0; r < rows; ++r) {
     if (labels[r] < 0) continue;
@@ -417,9 +418,29 @@ TEST(OpsGradient, CrossEntropy) {
   for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(dlogits[1 * vocab + j], 0.0f);  // the ignored row
   expect_gradient("logits", logits, dlogits, [&] {
     double loss = 0;
-    ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.0f, nullptr, &loss);
+    ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.0f, nullptr, nullptr, &loss);
     return 0.5 * loss;
   });
+}
+
+// The bf16 gradient is the f32 one rounded, bit for bit, whether or not the f32 one is written too (rows
+// longer than the pieces the bf16-only path works in, the label in a later piece).
+TEST(OpsGradient, CrossEntropyBf16GradientIsTheF32OneRounded) {
+  const int64_t rows = 3, vocab = 5000;
+  const Vec logits = random_vec(rows * vocab, 2, 6.0f);
+  const std::vector<int32_t> labels = {4321, -100, 17};
+  Vec dlogits(rows * vocab);
+  std::vector<BFloat16> both(dlogits.size()), alone(dlogits.size());
+  double loss = 0, loss_alone = 0;
+  ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.25f, dlogits.data(), both.data(), &loss);
+  ops().cross_entropy(logits.data(), labels.data(), rows, vocab, 0.25f, nullptr, alone.data(), &loss_alone);
+  EXPECT_EQ(loss_alone, loss);
+  for (size_t i = 0; i < dlogits.size(); ++i) {
+    ASSERT_EQ(both[i].bits, f32_to_bf16(dlogits[i])) << i;
+    ASSERT_EQ(alone[i].bits, both[i].bits) << i;
+  }
+  EXPECT_LT(dlogits[4321], 0.0f);  // the label's gradient is p - 1
+  for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(alone[size_t(vocab + j)].bits, 0);  // the ignored row
 }
 
 TEST(OpsGradient, GroupByExpertIsAStableCountingSort) {

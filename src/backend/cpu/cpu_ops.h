@@ -115,7 +115,7 @@ class CpuOps final : public Ops {
                           float alpha) override;
 
   void cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                     float grad_scale, float* dlogits, double* loss_sum) override;
+                     float grad_scale, float* dlogits, BFloat16* dlogits_bf16, double* loss_sum) override;
 
  protected:
   void copy_to_host(void* dst, const void* src, size_t bytes) override;

@@ -1,9 +1,10 @@
-// Cross-entropy over the vocabulary, with its gradient fused in (the logits are read once for both).
+// Cross-entropy over the vocabulary, with its gradient (f32, bf16 or both) fused in.
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vec_math.h"
 
@@ -14,7 +15,7 @@ constexpr int32_t kIgnoreIndex = -100;
 }
 
 void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                           float grad_scale, float* dlogits, double* loss_sum) {
+                           float grad_scale, float* dlogits, BFloat16* dlogits_bf16, double* loss_sum) {
   // Per-row losses summed afterwards in row order: the total does not depend on the thread count.
   thread_local std::vector<double> row_loss_storage;
   if (row_loss_storage.size() < size_t(rows)) row_loss_storage.resize(size_t(rows));
@@ -23,17 +24,31 @@ void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t r
   for (int64_t r = 0; r < rows; ++r) {
     const float* z = logits + r * vocab;
     float* dz = dlogits ? dlogits + r * vocab : nullptr;
-    if (labels[r] == kIgnoreIndex) {
+    BFloat16* dz16 = dlogits_bf16 ? dlogits_bf16 + r * vocab : nullptr;
+    const int32_t label = labels[r];
+    if (label == kIgnoreIndex) {
       row_loss[r] = 0;
       if (dz) std::fill(dz, dz + vocab, 0.0f);
+      if (dz16) std::fill(dz16, dz16 + vocab, BFloat16{});
       continue;
     }
     const float max = row_max(z, vocab);
     const double log_sum = std::log(double(exp_shifted(z, vocab, max, 0.0f, nullptr))) + max;
-    row_loss[r] = log_sum - z[labels[r]];
+    row_loss[r] = log_sum - z[label];
     if (dz) {
       exp_shifted(z, vocab, float(log_sum), grad_scale, dz);  // the loss above has read z, which dz may alias
-      dz[labels[r]] -= grad_scale;
+      dz[label] -= grad_scale;
+      if (dz16) round_to_bf16(dz, vocab, dz16);
+    } else if (dz16) {
+      // The f32 gradient a piece at a time in a buffer that stays in cache, then rounded.
+      constexpr int64_t kPiece = 2048;
+      float piece[kPiece];
+      for (int64_t j = 0; j < vocab; j += kPiece) {
+        const int64_t n = std::min(kPiece, vocab - j);
+        exp_shifted(z + j, n, float(log_sum), grad_scale, piece);
+        if (label >= j && label < j + n) piece[label - j] -= grad_scale;
+        round_to_bf16(piece, n, dz16 + j);
+      }
     }
   }
   double total = 0;

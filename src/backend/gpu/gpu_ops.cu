@@ -68,6 +68,11 @@ int64_t GpuOps::rate_probe_size() const {
 #endif
 }
 
+int64_t GpuOps::loss_chunk_logits() const {
+  // 4 GiB of f32 logits and 2 GiB of their gradient's bf16 copy: 4096 tokens of a 262k vocabulary.
+  return int64_t(1) << 30;
+}
+
 float* GpuOps::scratch(size_t bytes) {
   if (scratch_.size() < bytes) {
     scratch_ = AlignedBuffer();  // freed first: the old and the new need not fit together

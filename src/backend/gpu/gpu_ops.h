@@ -21,6 +21,7 @@ class GpuOps final : public Ops {
   void zero(void* data, size_t bytes) override;
   void synchronize() override;
   int64_t rate_probe_size() const override;
+  int64_t loss_chunk_logits() const override;
 
   using Ops::gemm;
   void gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -121,7 +122,7 @@ class GpuOps final : public Ops {
                           float alpha) override;
 
   void cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t vocab,
-                     float grad_scale, float* dlogits, double* loss_sum) override;
+                     float grad_scale, float* dlogits, BFloat16* dlogits_bf16, double* loss_sum) override;
 
  protected:
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
