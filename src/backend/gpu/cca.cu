@@ -1,25 +1,20 @@
 // The CCA-specific ops on the GPU: the q-k mean skip and the rotary embeddings (one thread per element),
 // L2 normalisation (one warp per head vector), and the two causal convolutions over time: the depthwise one
-// a thread per element, the grouped one a tiled product per (sequence, head group), its weight gradient a
-// tiled product per (head group, tap, chunk of tokens). Parameter gradients are sums over tokens in a fixed
-// order (kernel_util.h's column sums; the weight gradient's chunks added in order), never atomics, so a
-// run repeats bit for bit.
+// a thread per element, the grouped one as matrix products (gpu::Blas, f32), one per tap batched over the
+// head groups, over every sequence at once (below). Parameter gradients are sums over tokens in a fixed
+// order (kernel_util.h's column sums, the products' own sums), never atomics, so a run repeats bit for bit.
 
 #include <cfloat>
 
 #include "backend/gpu/gpu_ops.h"
 #include "backend/gpu/kernel_util.h"
-#include "core/error.h"
 
 namespace zaya {
 namespace {
 
 using gpu::block_dim_x;
 using gpu::block_x;
-using gpu::block_y;
-using gpu::block_z;
 using gpu::thread_x;
-using gpu::thread_y;
 
 // torch.finfo(torch.float32).eps: the floor ZayaQKNorm puts under each norm (as the CPU backend).
 constexpr float kNormFloor = FLT_EPSILON;
@@ -209,164 +204,69 @@ struct DepthwiseWeightTerm {
   }
 };
 
-// ---- tiled products ---------------------------------------------------------------------------------------
+// ---- the grouped convolution as products ----------------------------------------------------------------
+// Each sequence of dw holds dw_len = seq + k1 - 1 rows. Over the rows of all sequences end to end, tap a of
+// the grouped convolution is one product per head group: extended[r] = sum over a of dw[r + a] W_a^T, with
+// W_a [channels, d] the weight's tap a. Row r = b * dw_len + t (t < seq) is out[b, t]; the rows between
+// sequences are computed and dropped. Backward runs over dout spread out the same way, with zero rows in
+// the gaps and k1 - 1 zero rows in front: the gradient of dw at row r reads rows r - a, which fall in the
+// gaps (zero) exactly where the position is outside its sequence.
 
-constexpr int kTile = 16;  // kTile x kTile outputs per block of 256 threads, depth in steps of kTile
-
-// For each problem z of the launch (grid z): C[m, n] = sum over k < depth(z) of A[m, k] B[k, n], blocks of
-// kTile x kTile outputs (grid x over n, y over m) staging kTile-deep slices of A and B in shared memory.
-// Each output is one thread's sum in increasing k, so the bits repeat. A Problem gives rows and cols (of C),
-// depth(z), a(z, m, k), b(z, k, n) (in range only), store(z, m, n, sum), and which index of A and of B runs
-// along memory (kAAlongM, kBAlongK), so that neighbouring threads load neighbouring values.
-template <class Problem>
-ZAYA_KERNEL void tiled_product(Problem p) {
-  // [k][m] and [k][n]; the extra column keeps the transposed stores off a single bank.
-  ZAYA_SHARED float tile_a[kTile][kTile + 1];
-  ZAYA_SHARED float tile_b[kTile][kTile + 1];
-  const int tx = thread_x(), ty = thread_y();
-  const int64_t z = block_z(), m0 = int64_t(block_y()) * kTile, n0 = int64_t(block_x()) * kTile;
-  const int64_t depth = p.depth(z);  // the same for the whole block: every thread meets every barrier
-  float sum = 0;
-  for (int64_t k0 = 0; k0 < depth; k0 += kTile) {
-    {
-      const int along_m = Problem::kAAlongM ? tx : ty, along_k = Problem::kAAlongM ? ty : tx;
-      const int64_t m = m0 + along_m, k = k0 + along_k;
-      tile_a[along_k][along_m] = m < p.rows && k < depth ? p.a(z, m, k) : 0.0f;
-    }
-    {
-      const int along_k = Problem::kBAlongK ? tx : ty, along_n = Problem::kBAlongK ? ty : tx;
-      const int64_t k = k0 + along_k, n = n0 + along_n;
-      tile_b[along_k][along_n] = k < depth && n < p.cols ? p.b(z, k, n) : 0.0f;
-    }
-    gpu::sync_threads();
-    for (int kk = 0; kk < kTile; ++kk) sum += tile_a[kk][ty] * tile_b[kk][tx];
-    gpu::sync_threads();
-  }
-  const int64_t m = m0 + ty, n = n0 + tx;
-  if (m < p.rows && n < p.cols) p.store(z, m, n, sum);
+// taps[a, c, i] = weight[c, i, a]: each tap a [channels, d] matrix, rows c = g * d + o.
+ZAYA_KERNEL void weight_taps_kernel(const float* weight, ConvShape s, float* taps) {
+  const int64_t index = global_index();
+  if (index >= s.k1 * s.channels * s.d) return;
+  const int64_t a = index / (s.channels * s.d), c = index / s.d % s.channels, i = index % s.d;
+  taps[index] = weight[(c * s.d + i) * s.k1 + a];
 }
 
-// A launch's grid y and z hold at most 65535 blocks (CUDA, HIP): sequences up to a million positions,
-// sequences x head groups and token chunks x head groups x taps up to 65535.
-constexpr int64_t kMaxGridYZ = 65535;
-
-template <class Problem>
-void run_tiled(const char* name, const Problem& p, int64_t problems, gpu::Stream stream) {
-  const int64_t row_tiles = (p.rows + kTile - 1) / kTile;
-  if (row_tiles > kMaxGridYZ || problems > kMaxGridYZ) {
-    throw Error(cat(name, ": ", row_tiles, " x ", problems, " tiles exceed the grid's 65535 x 65535"));
-  }
-  gpu::launch(name, tiled_product<Problem>,
-              {unsigned((p.cols + kTile - 1) / kTile), unsigned(row_tiles), unsigned(problems)},
-              {kTile, kTile}, 0, stream, p);
+// d_weight[c, i, a] += tap_grads[a, c, i].
+ZAYA_KERNEL void add_tap_gradients_kernel(const float* tap_grads, ConvShape s, float* d_weight) {
+  const int64_t index = global_index();
+  if (index >= s.k1 * s.channels * s.d) return;
+  const int64_t a = index / (s.channels * s.d), c = index / s.d % s.channels, i = index % s.d;
+  d_weight[(c * s.d + i) * s.k1 + a] += tap_grads[index];
 }
 
-// The grouped convolution, problem z = (b, g): out[b, t, g*d + o] = bias + sum over k = (i, a) of
-// dw[b, t + a, g*d + i] weight[g*d + o, i, a]. k = i * k1 + a makes B a run of the weight's memory.
-struct GroupedForward {
-  static constexpr bool kAAlongM = false, kBAlongK = true;
-  const float* dw;
-  const float* weight;  // [channels, d, k1]
-  const float* bias;    // [channels]
-  float* out;           // [batch, seq, channels]
-  ConvShape s;
-  int64_t rows, cols;  // seq, d
-  ZAYA_DEVICE int64_t depth(int64_t) const { return s.d * s.k1; }
-  ZAYA_DEVICE float a(int64_t z, int64_t t, int64_t k) const {
-    const int64_t b = z / s.groups, g = z % s.groups;
-    return dw[(b * s.dw_len + t + k % s.k1) * s.channels + g * s.d + k / s.k1];
-  }
-  ZAYA_DEVICE float b(int64_t z, int64_t k, int64_t o) const {
-    return weight[((z % s.groups) * s.d + o) * s.d * s.k1 + k];
-  }
-  ZAYA_DEVICE void store(int64_t z, int64_t t, int64_t o, float sum) const {
-    const int64_t b = z / s.groups, c = (z % s.groups) * s.d + o;
-    out[(b * s.seq + t) * s.channels + c] = bias[c] + sum;
-  }
-};
-
-// The depthwise output's gradient, problem z = (b, g): d_dw[b, j, g*d + i] = sum over k = (a, o) of
-// dout[b, j - a, g*d + o] weight[g*d + o, i, a], zero where j - a is outside the sequence.
-struct GroupedInputGradient {
-  static constexpr bool kAAlongM = false, kBAlongK = false;
-  const float* dout;    // [batch, seq, channels]
-  const float* weight;  // [channels, d, k1]
-  float* d_dw;          // [batch, dw_len, channels]
-  ConvShape s;
-  int64_t rows, cols;  // dw_len, d
-  ZAYA_DEVICE int64_t depth(int64_t) const { return s.k1 * s.d; }
-  ZAYA_DEVICE float a(int64_t z, int64_t j, int64_t k) const {
-    const int64_t b = z / s.groups, g = z % s.groups, t = j - k / s.d;
-    if (t < 0 || t >= s.seq) return 0.0f;
-    return dout[(b * s.seq + t) * s.channels + g * s.d + k % s.d];
-  }
-  ZAYA_DEVICE float b(int64_t z, int64_t k, int64_t i) const {
-    return weight[(((z % s.groups) * s.d + k % s.d) * s.d + i) * s.k1 + k / s.d];
-  }
-  ZAYA_DEVICE void store(int64_t z, int64_t j, int64_t i, float sum) const {
-    d_dw[((z / s.groups) * s.dw_len + j) * s.channels + (z % s.groups) * s.d + i] = sum;
-  }
-};
-
-// Tokens per chunk of the grouped weight's gradient: each chunk's sums land in their own copy of the
-// weight, added in chunk order afterwards, so long batches spread over more blocks without atomics.
-constexpr int64_t kTokenChunk = 256;
-
-int64_t token_chunks(int64_t tokens) {
-  return (tokens + kTokenChunk - 1) / kTokenChunk;
+// out[b, t, c] = extended[b * dw_len + t, c] + bias[c].
+ZAYA_KERNEL void gather_sequences_kernel(const float* extended, ConvShape s, const float* bias, float* out) {
+  const int64_t index = global_index();
+  if (index >= s.batch * s.seq * s.channels) return;
+  const int64_t c = index % s.channels, row = index / s.channels, b = row / s.seq, t = row % s.seq;
+  out[index] = extended[(b * s.dw_len + t) * s.channels + c] + bias[c];
 }
 
-// The grouped weight's gradient, problem z = (chunk, g, a): partial[chunk][g*d + o, i, a] = sum over the
-// chunk's tokens r = (b, t) of dout[b, t, g*d + o] dw[b, t + a, g*d + i].
-struct GroupedWeightGradient {
-  static constexpr bool kAAlongM = true, kBAlongK = false;
-  const float* dout;  // [batch, seq, channels]
-  const float* dw;    // [batch, dw_len, channels]
-  float* partial;     // [chunks, channels, d, k1]
-  ConvShape s;
-  int64_t rows, cols;  // d, d
-  ZAYA_DEVICE int64_t first(int64_t z) const { return z / (s.groups * s.k1) * kTokenChunk; }
-  ZAYA_DEVICE int64_t depth(int64_t z) const {
-    const int64_t tokens = s.batch * s.seq, begin = first(z);
-    return tokens - begin < kTokenChunk ? tokens - begin : kTokenChunk;
-  }
-  ZAYA_DEVICE float a(int64_t z, int64_t o, int64_t k) const {
-    const int64_t g = z / s.k1 % s.groups;
-    return dout[(first(z) + k) * s.channels + g * s.d + o];
-  }
-  ZAYA_DEVICE float b(int64_t z, int64_t k, int64_t i) const {
-    const int64_t g = z / s.k1 % s.groups, tap = z % s.k1, r = first(z) + k;
-    return dw[((r / s.seq) * s.dw_len + r % s.seq + tap) * s.channels + g * s.d + i];
-  }
-  ZAYA_DEVICE void store(int64_t z, int64_t o, int64_t i, float sum) const {
-    const int64_t chunk = z / (s.groups * s.k1), g = z / s.k1 % s.groups, tap = z % s.k1;
-    partial[((chunk * s.channels + g * s.d + o) * s.d + i) * s.k1 + tap] = sum;
-  }
-};
-
-// acc[e] += sum over chunks, in order, of partial[chunk, e]; one thread per element of acc [count].
-ZAYA_KERNEL void add_chunks_kernel(const float* partial, int64_t chunks, int64_t count, float* acc) {
-  const int64_t e = global_index();
-  if (e >= count) return;
-  float total = 0;
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) total += partial[chunk * count + e];
-  acc[e] += total;
+// spread [k1 - 1 + batch * dw_len, channels]: k1 - 1 zero rows, then each sequence's dout rows followed by
+// k1 - 1 zero rows.
+ZAYA_KERNEL void spread_sequences_kernel(const float* dout, ConvShape s, float* spread) {
+  const int64_t index = global_index();
+  const int64_t lead = s.k1 - 1;
+  if (index >= (lead + s.batch * s.dw_len) * s.channels) return;
+  const int64_t c = index % s.channels, row = index / s.channels - lead;
+  const int64_t b = row / s.dw_len, t = row % s.dw_len;
+  spread[index] = row >= 0 && t < s.seq ? dout[(b * s.seq + t) * s.channels + c] : 0.0f;
 }
 
-// Where the backward's working values live in the caller's scratch (floats from its start).
-struct BackwardScratch {
-  int64_t d_dw, weight_partials, column_partials, total;
+// Where the convolutions' working values live in the caller's scratch (floats from its start). The forward
+// uses taps and, for its extended rows, spread.
+struct ConvScratch {
+  int64_t d_dw, taps, spread, tap_grads, column_partials, total;
 };
 
-BackwardScratch backward_scratch(const ConvShape& s) {
+ConvScratch conv_scratch(const ConvShape& s) {
   const int64_t tokens = s.batch * s.seq, dw_rows = s.batch * s.dw_len;
-  const int64_t d_dw = dw_rows * s.channels;  // [batch, dw_len, channels]
-  const int64_t weight_partials = token_chunks(tokens) * s.channels * s.d * s.k1;
+  const int64_t weights = s.k1 * s.channels * s.d;  // taps, tap gradients: [k1, channels, d]
+  ConvScratch layout;
+  layout.d_dw = 0;                                   // [batch, dw_len, channels]
+  layout.taps = layout.d_dw + dw_rows * s.channels;  // [k1, channels, d]
+  layout.spread = layout.taps + weights;             // [k1 - 1 + batch * dw_len, channels]
+  layout.tap_grads = layout.spread + (s.k1 - 1 + dw_rows) * s.channels;  // [k1, channels, d]
+  layout.column_partials = layout.tap_grads + weights;
   // Reused by the three column sums in turn: the grouped bias, the depthwise bias and the depthwise weight.
   const int64_t bias_columns = gpu::column_chunks(tokens) * s.channels,
                 weight_columns = gpu::column_chunks(dw_rows) * s.channels * s.k0;
-  const int64_t column_partials = bias_columns > weight_columns ? bias_columns : weight_columns;
-  return {0, d_dw, d_dw + weight_partials, d_dw + weight_partials + column_partials};
+  layout.total = layout.column_partials + (bias_columns > weight_columns ? bias_columns : weight_columns);
+  return layout;
 }
 
 }  // namespace
@@ -388,20 +288,32 @@ void GpuOps::qk_mean_backward(const float* dq_res, const float* dk_res, int64_t 
 }
 
 int64_t GpuOps::cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) {
-  // The forward needs none; the backward's d_dw, weight partials and column partials.
-  return backward_scratch(conv_shape(shape, k0, k1)).total;
+  return conv_scratch(conv_shape(shape, k0, k1)).total;
 }
 
 void GpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
                               const float* dw_weight, const float* dw_bias, const float* g_weight,
-                              const float* g_bias, float* dw, float* out, float* /*scratch: unused*/) {
+                              const float* g_bias, float* dw, float* out, float* scratch) {
   const ConvShape s = conv_shape(shape, k0, k1);
   const gpu::Stream stream = gpu::as_stream(stream_);
+  const ConvScratch layout = conv_scratch(s);
+  float* taps = scratch + layout.taps;
+  float* extended = scratch + layout.spread;  // [batch * dw_len, channels]
   gpu::launch("depthwise_forward", depthwise_forward_kernel,
               gpu::cover(s.batch * s.dw_len * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, x, s,
               dw_weight, dw_bias, dw);
-  run_tiled("grouped_forward", GroupedForward{dw, g_weight, g_bias, out, s, s.seq, s.d}, s.batch * s.groups,
-            stream);
+  gpu::launch("weight_taps", weight_taps_kernel, gpu::cover(s.k1 * s.channels * s.d, gpu::kThreads),
+              {gpu::kThreads}, 0, stream, g_weight, s, taps);
+  // extended[r, g block] (+)= dw[r + a, g block] taps[a, g block]^T for rows r up to the last output's.
+  const int64_t rows = s.batch * s.dw_len - (s.k1 - 1);
+  for (int64_t a = 0; a < s.k1; ++a) {
+    blas_->gemm(DType::F32, Trans::No, Trans::Yes, rows, s.d, s.d, 1.0f, dw + a * s.channels, s.channels, s.d,
+                taps + a * s.channels * s.d, s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, extended, s.channels, s.d,
+                s.groups, stream_);
+  }
+  gpu::launch("gather_sequences", gather_sequences_kernel,
+              gpu::cover(s.batch * s.seq * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, extended,
+              s, g_bias, out);
 }
 
 void GpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout,
@@ -410,21 +322,38 @@ void GpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
                                float* d_g_weight, float* d_g_bias, float* scratch) {
   const ConvShape s = conv_shape(shape, k0, k1);
   const gpu::Stream stream = gpu::as_stream(stream_);
-  const BackwardScratch layout = backward_scratch(s);
+  const ConvScratch layout = conv_scratch(s);
   float* d_dw = scratch + layout.d_dw;
-  float* weight_partials = scratch + layout.weight_partials;
+  float* taps = scratch + layout.taps;
+  float* spread = scratch + layout.spread;
+  float* tap_grads = scratch + layout.tap_grads;
   float* column_partials = scratch + layout.column_partials;
-  const int64_t tokens = s.batch * s.seq, dw_rows = s.batch * s.dw_len;
+  const int64_t tokens = s.batch * s.seq, dw_rows = s.batch * s.dw_len, lead = s.k1 - 1;
+  const int64_t weights = s.k1 * s.channels * s.d;
 
-  // The grouped convolution: its bias, its weight (chunks of tokens, then the chunks in order), its input.
+  // The grouped convolution: its bias, then its weight and its input over dout spread out.
   gpu::sum_columns(Dense{dout, s.channels}, tokens, s.channels, d_g_bias, column_partials, stream);
-  const int64_t chunks = token_chunks(tokens), weights = s.channels * s.d * s.k1;
-  run_tiled("grouped_weight_gradient", GroupedWeightGradient{dout, dw, weight_partials, s, s.d, s.d},
-            chunks * s.groups * s.k1, stream);
-  gpu::launch("add_chunks", add_chunks_kernel, gpu::cover(weights, gpu::kThreads), {gpu::kThreads}, 0, stream,
-              weight_partials, chunks, weights, d_g_weight);
-  run_tiled("grouped_input_gradient", GroupedInputGradient{dout, g_weight, d_dw, s, s.dw_len, s.d},
-            s.batch * s.groups, stream);
+  gpu::launch("weight_taps", weight_taps_kernel, gpu::cover(weights, gpu::kThreads), {gpu::kThreads}, 0,
+              stream, g_weight, s, taps);
+  gpu::launch("spread_sequences", spread_sequences_kernel,
+              gpu::cover((lead + dw_rows) * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, dout, s,
+              spread);
+  const float* spread_rows = spread + lead * s.channels;  // row r of the sequences end to end
+  const int64_t rows = dw_rows - lead;                    // the rows that reach an output
+  for (int64_t a = 0; a < s.k1; ++a) {
+    // tap_grads[a, g block] = spread_rows[:rows, g block]^T dw[a : a + rows, g block].
+    blas_->gemm(DType::F32, Trans::Yes, Trans::No, s.d, s.d, rows, 1.0f, spread_rows, s.channels, s.d,
+                dw + a * s.channels, s.channels, s.d, 0.0f, tap_grads + a * s.channels * s.d, s.d, s.d * s.d,
+                s.groups, stream_);
+  }
+  gpu::launch("add_tap_gradients", add_tap_gradients_kernel, gpu::cover(weights, gpu::kThreads),
+              {gpu::kThreads}, 0, stream, tap_grads, s, d_g_weight);
+  for (int64_t a = 0; a < s.k1; ++a) {
+    // d_dw[r, g block] (+)= spread_rows[r - a, g block] taps[a, g block].
+    blas_->gemm(DType::F32, Trans::No, Trans::No, dw_rows, s.d, s.d, 1.0f, spread_rows - a * s.channels,
+                s.channels, s.d, taps + a * s.channels * s.d, s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, d_dw,
+                s.channels, s.d, s.groups, stream_);
+  }
 
   // The depthwise convolution: bias and weight as column sums over the rows of d_dw, then dx.
   gpu::sum_columns(Dense{d_dw, s.channels}, dw_rows, s.channels, d_dw_bias, column_partials, stream);
