@@ -13,13 +13,13 @@ namespace {
 // The rows of a profile by name, shared by the ops and their memory.
 class Rows {
  public:
-  // Runs `call` between two waits for `device` (nothing when null) and adds its time to the row `name`.
+  // Runs `call` between two waits for `device` and adds its time to the row `name`.
   template <typename Call>
-  void time(Ops* device, const std::string& name, double flops, Call&& call) {
-    if (device) device->synchronize();
+  void time(Ops& device, const std::string& name, double flops, Call&& call) {
+    device.synchronize();
     const auto start = std::chrono::steady_clock::now();
     call();
-    if (device) device->synchronize();
+    device.synchronize();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     OpTime& row = rows_[name];
     row.name = name;
@@ -49,19 +49,19 @@ class TimingMemory final : public MemoryResource {
 
   void* allocate(size_t bytes) override {
     void* data = nullptr;
-    rows_.time(&device_, "memory: allocate", 0, [&] { data = inner_.allocate(bytes); });
+    rows_.time(device_, "memory: allocate", 0, [&] { data = inner_.allocate(bytes); });
     return data;
   }
   // Not timed: a release must not throw, and waiting for the device can.
   void release(void* data) noexcept override { inner_.release(data); }
   void zero(void* data, size_t bytes) override {
-    rows_.time(&device_, "memory: zero", 0, [&] { inner_.zero(data, bytes); });
+    rows_.time(device_, "memory: zero", 0, [&] { inner_.zero(data, bytes); });
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
-    rows_.time(&device_, "memory: copy from host", 0, [&] { inner_.copy_from_host(dst, src, bytes); });
+    rows_.time(device_, "memory: copy from host", 0, [&] { inner_.copy_from_host(dst, src, bytes); });
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
-    rows_.time(&device_, "memory: copy to host", 0, [&] { inner_.copy_to_host(dst, src, bytes); });
+    rows_.time(device_, "memory: copy to host", 0, [&] { inner_.copy_to_host(dst, src, bytes); });
   }
 
  private:
@@ -100,7 +100,7 @@ class OpProfiler::TimingOps final : public Ops {
   void gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     rows_.time(
-        &inner_, product_name(precision, trans_a, trans_b, m, n, k), 2.0 * double(m) * double(n) * double(k),
+        inner_, product_name(precision, trans_a, trans_b, m, n, k), 2.0 * double(m) * double(n) * double(k),
         [&] { inner_.gemm(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
   }
   bool fast_bf16() const override { return inner_.fast_bf16(); }
@@ -328,7 +328,7 @@ class OpProfiler::TimingOps final : public Ops {
  private:
   template <typename Call>
   void time(const char* name, Call&& call) {
-    rows_.time(&inner_, name, 0, call);
+    rows_.time(inner_, name, 0, call);
   }
 
   Ops& inner_;

@@ -13,8 +13,9 @@ namespace zaya {
 
 class Ops;
 
-// One row of a profile: an op (a matrix product by its shape: "gemm bf16 A B^T n=512 k=2048"; m, the
-// rows, varies with the tokens an expert gets), its calls, their time and, for products, their FLOPs.
+// One row of a profile: an op (a matrix product by its precision, transposes and m x n x k: "gemm bf16
+// A B^T 8192x1024x2048"; an expert's products get a row per token count), its calls, their time and, for
+// products, their FLOPs.
 struct OpTime {
   std::string name;
   int64_t calls = 0;

@@ -77,6 +77,7 @@ struct StepProfile {
   }
 };
 
+// A model of its own beside the bench's (its activations are held twice meanwhile).
 StepProfile profile_step(ParameterStore& params, Ops& ops, Precision precision, const Batch& batch,
                          float loss_scale) {
   OpProfiler profiler(ops);
@@ -379,7 +380,7 @@ void add_bench_command(CLI::App& app) {
       ->check(non_negative());
   step->add_flag("--json", args->json, "print one JSON line");
   step->add_flag("--profile", args->profile,
-                 "then one more step with each op timed on its own: where the step's time goes");
+                 "then a step with each op timed on its own (after two warm-up steps): where its time goes");
   step->callback([args] { run_step_bench(*args); });
 
   auto opt_args = std::make_shared<OptimizerArgs>();
