@@ -35,20 +35,17 @@ void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t r
     const float max = row_max(z, vocab);
     const double log_sum = std::log(double(exp_shifted(z, vocab, max, 0.0f, nullptr))) + max;
     row_loss[r] = log_sum - z[label];
-    if (dz) {
-      exp_shifted(z, vocab, float(log_sum), grad_scale, dz);  // the loss above has read z, which dz may alias
-      dz[label] -= grad_scale;
-      if (dz16) round_to_bf16(dz, vocab, dz16);
-    } else if (dz16) {
-      // The f32 gradient a piece at a time in a buffer that stays in cache, then rounded.
-      constexpr int64_t kPiece = 2048;
-      float piece[kPiece];
-      for (int64_t j = 0; j < vocab; j += kPiece) {
-        const int64_t n = std::min(kPiece, vocab - j);
-        exp_shifted(z + j, n, float(log_sum), grad_scale, piece);
-        if (label >= j && label < j + n) piece[label - j] -= grad_scale;
-        round_to_bf16(piece, n, dz16 + j);
-      }
+    if (!dz && !dz16) continue;
+    // The gradient a piece at a time: into dz when given (z may be dz: each piece reads z before writing
+    // it), else into a buffer that stays in cache; rounded to bf16 from there when asked.
+    constexpr int64_t kPiece = 2048;
+    float buffer[kPiece];
+    for (int64_t j = 0; j < vocab; j += kPiece) {
+      const int64_t n = std::min(kPiece, vocab - j);
+      float* piece = dz ? dz + j : buffer;
+      exp_shifted(z + j, n, float(log_sum), grad_scale, piece);
+      if (label >= j && label < j + n) piece[label - j] -= grad_scale;
+      if (dz16) round_to_bf16(piece, n, dz16 + j);
     }
   }
   double total = 0;
