@@ -49,12 +49,14 @@ ThreadGovernor::ThreadGovernor() : max_threads_(omp_get_max_threads()), threads_
   since_ = read_clocks();
 }
 
+double ThreadGovernor::wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 ThreadGovernor::Clocks ThreadGovernor::read_clocks() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  return {wall, seconds(usage.ru_utime) + seconds(usage.ru_stime), idle_seconds_of_our_cores()};
+  return {wall_now(), seconds(usage.ru_utime) + seconds(usage.ru_stime), idle_seconds_of_our_cores()};
 }
 
 int ThreadGovernor::decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu) {
@@ -68,11 +70,13 @@ int ThreadGovernor::decide(int threads, int max_threads, double wall, double pro
 }
 
 int ThreadGovernor::after_step() {
+  // A decode step takes milliseconds: /proc/stat is read only once a window has passed.
+  if (banked_.wall + wall_now() - since_.wall < kWindowSeconds) return threads_;
   const Clocks now = read_clocks();
-  const double wall = now.wall - since_.wall;
-  if (wall < kWindowSeconds) return threads_;
-  const int next = decide(threads_, max_threads_, wall, now.process_cpu - since_.process_cpu,
-                          now.idle_cpu - since_.idle_cpu);
+  const double wall = banked_.wall + now.wall - since_.wall;
+  const int next =
+      decide(threads_, max_threads_, wall, banked_.process_cpu + now.process_cpu - since_.process_cpu,
+             banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
   if (next != threads_) {
     std::fprintf(stderr, "zaya: %s: %d thread%s instead of %d\n",
                  next < threads_ ? "another process holds a core" : "a core is free again", next,
@@ -81,7 +85,19 @@ int ThreadGovernor::after_step() {
     omp_set_num_threads(threads_);
   }
   since_ = now;
+  banked_ = {};
   return threads_;
+}
+
+void ThreadGovernor::pause() {
+  const Clocks now = read_clocks();
+  banked_.wall += now.wall - since_.wall;
+  banked_.process_cpu += now.process_cpu - since_.process_cpu;
+  banked_.idle_cpu += now.idle_cpu - since_.idle_cpu;
+}
+
+void ThreadGovernor::resume() {
+  since_ = read_clocks();
 }
 
 }  // namespace zaya

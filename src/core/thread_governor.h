@@ -15,8 +15,13 @@ class ThreadGovernor {
   ThreadGovernor();
 
   // After a step: adjusts the thread count for the next one (decisions need about a second of steps, so
-  // short steps are pooled). Returns the count now in force.
+  // short steps are pooled; between decisions this reads only the clock). Returns the count now in force.
   int after_step();
+
+  // The process waits for work (a server between requests) from pause() to resume(): that time is left
+  // out of the decisions, which it would dilute; the busy time on either side counts towards one window.
+  void pause();
+  void resume();
 
   // The decision alone, for `threads` over `wall` seconds in which the process used `process_cpu` CPU
   // seconds and its cores left `idle_cpu` CPU seconds unused.
@@ -27,9 +32,11 @@ class ThreadGovernor {
     double wall = 0, process_cpu = 0, idle_cpu = 0;
   };
   static Clocks read_clocks();
+  static double wall_now();
 
   int max_threads_, threads_;
-  Clocks since_;
+  Clocks since_;   // the clocks when the current busy stretch began
+  Clocks banked_;  // the window's earlier busy stretches (before a pause), as differences
 };
 
 }  // namespace zaya

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/thread_governor.h"
 #include "data/tokenizer.h"
 #include "infer/token_logprobs.h"
 #include "model/zaya_model.h"
@@ -71,6 +72,7 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return inputs[a].size() > inputs[b].size(); });
   const int64_t tokens_per_pass = std::clamp<int64_t>(kLogitsPerPass / vocab, 1, 4096);
+  ThreadGovernor governor;  // a long scoring run shares its machine, as training does
   for (size_t first = 0; first < order.size();) {
     const int64_t seq = int64_t(inputs[order[first]].size());
     const size_t count = std::min(order.size() - first, size_t(std::max<int64_t>(1, tokens_per_pass / seq)));
@@ -92,6 +94,7 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
       }
     }
     first += count;
+    governor.after_step();
   }
   return results;
 }

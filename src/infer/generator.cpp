@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/thread_governor.h"
 #include "dist/communicator.h"
 #include "model/zaya_model.h"
 
@@ -56,6 +57,7 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
   const float* logits = nullptr;
   for (int32_t token : prompt) logits = model.decode_step(token, cache);
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
+  ThreadGovernor governor;  // decoding shares its machine, as training does
   std::vector<int32_t> out;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const int32_t next = sample_token(logits, dims.vocab, options, rng.uniform_double(uint64_t(i)));
@@ -63,6 +65,7 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
     if (on_token) on_token(next);
     if (options.stop_token && next == *options.stop_token) break;
     if (i + 1 < options.max_new_tokens) logits = model.decode_step(next, cache);
+    governor.after_step();
   }
   return out;
 }

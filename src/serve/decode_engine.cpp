@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/thread_governor.h"
 #include "model/zaya_model.h"
 
 namespace zaya {
@@ -159,11 +160,19 @@ bool DecodeEngine::advance(Running& running, const float* logits) {
 
 void DecodeEngine::run() {
   std::vector<Running> running;
+  // A server shares its machine: beside a busy process, medium decoded 2.2x slower on both cores than on
+  // one (bf16, bench/serve_busy_neighbour.sh). Waits for requests are left out of the governor's windows.
+  ThreadGovernor governor;
   for (;;) {
+    governor.after_step();  // the previous pass's prefills and decode step
     std::vector<std::shared_ptr<Sequence>> joining;
     {
       std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running.empty(); });
+      if (!stopping_ && queue_.empty() && running.empty()) {
+        governor.pause();
+        work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        governor.resume();
+      }
       if (stopping_) {
         for (Running& r : running) r.sequence->post(failed("the server is shutting down"));
         for (std::shared_ptr<Sequence>& sequence : queue_)
