@@ -1,14 +1,16 @@
 #include "core/thread_governor.h"
 
+#include <dirent.h>
 #include <omp.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace zaya {
 
@@ -16,8 +18,24 @@ namespace {
 
 constexpr double kWindowSeconds = 1.0;  // /proc/stat counts in ticks of 10 ms: a second holds 100 per core
 
-double seconds(const timeval& t) {
-  return double(t.tv_sec) + 1e-6 * double(t.tv_usec);
+// Seconds this process's threads have spent runnable but waiting for a core (the second field of each
+// thread's /proc schedstat, in nanoseconds); 0 where the kernel does not report it (the governor then
+// never drops a thread). A thread that has ended takes its count with it: differences are clamped at 0.
+double waited_seconds_of_our_threads() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return 0;
+  unsigned long long waited_ns = 0;
+  while (const dirent* entry = readdir(tasks)) {
+    if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0]))) continue;
+    const std::string path = std::string("/proc/self/task/") + entry->d_name + "/schedstat";
+    std::FILE* stat = std::fopen(path.c_str(), "r");
+    if (!stat) continue;
+    unsigned long long running = 0, waiting = 0;
+    if (std::fscanf(stat, "%llu %llu", &running, &waiting) == 2) waited_ns += waiting;
+    std::fclose(stat);
+  }
+  closedir(tasks);
+  return 1e-9 * double(waited_ns);
 }
 
 // CPU seconds the cores this process may run on (its affinity) spent idle, from /proc/stat; 0 where it
@@ -54,16 +72,14 @@ double ThreadGovernor::wall_now() {
 }
 
 ThreadGovernor::Clocks ThreadGovernor::read_clocks() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return {wall_now(), seconds(usage.ru_utime) + seconds(usage.ru_stime), idle_seconds_of_our_cores()};
+  return {wall_now(), waited_seconds_of_our_threads(), idle_seconds_of_our_cores()};
 }
 
-int ThreadGovernor::decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu) {
+int ThreadGovernor::decide(int threads, int max_threads, double wall, double waited, double idle_cpu) {
   if (wall <= 0) return threads;
-  const double share = process_cpu / wall, idle = idle_cpu / wall;  // in cores
-  // Short of its threads by half a core with (almost) nothing idle: another process holds a core.
-  if (threads > 1 && share < threads - 0.5 && idle < 0.25) return threads - 1;
+  const double waiting = std::max(0.0, waited) / wall, idle = idle_cpu / wall;  // in cores
+  // Half a core's worth of waiting to run: another process holds a core.
+  if (threads > 1 && waiting > 0.5) return threads - 1;
   // Most of a core idle: it is free again.
   if (threads < max_threads && idle > 0.75) return threads + 1;
   return threads;
@@ -74,9 +90,8 @@ int ThreadGovernor::after_step() {
   if (banked_.wall + wall_now() - since_.wall < kWindowSeconds) return threads_;
   const Clocks now = read_clocks();
   const double wall = banked_.wall + now.wall - since_.wall;
-  const int next =
-      decide(threads_, max_threads_, wall, banked_.process_cpu + now.process_cpu - since_.process_cpu,
-             banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
+  const int next = decide(threads_, max_threads_, wall, banked_.waited + now.waited - since_.waited,
+                          banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
   if (next != threads_) {
     std::fprintf(stderr, "zaya: %s: %d thread%s instead of %d\n",
                  next < threads_ ? "another process holds a core" : "a core is free again", next,
@@ -92,7 +107,7 @@ int ThreadGovernor::after_step() {
 void ThreadGovernor::pause() {
   const Clocks now = read_clocks();
   banked_.wall += now.wall - since_.wall;
-  banked_.process_cpu += now.process_cpu - since_.process_cpu;
+  banked_.waited += now.waited - since_.waited;
   banked_.idle_cpu += now.idle_cpu - since_.idle_cpu;
 }
 

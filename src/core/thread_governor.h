@@ -2,10 +2,11 @@
 // Keeps a step from collapsing when other processes take cores. Every parallel region of a step waits for
 // its slowest thread; when a core is shared with another process, that thread runs at a fraction of its
 // speed and the others wait for it (spinning, as OpenMP does between the thousands of regions of a step),
-// so N threads ran 2.3x slower than N - 1 here. After each step the governor compares the CPU time the
-// process got with the wall time and the idle time of the cores it may run on: getting less than its
-// threads' worth while none of them is idle means another process holds one, and a thread is dropped; a
-// core left idle lets one back, up to the count it started with.
+// so N threads ran 2.3x slower than N - 1 here. After each step the governor reads how long the process's
+// threads waited to run (the scheduler's run delay): half a core's worth of waiting means another process
+// holds a core, and a thread is dropped; a core left idle lets one back, up to the count it started with.
+// Waiting, not CPU time, is the signal: a process of lower priority fills every idle moment (the serial
+// parts of a step, a server's HTTP work) without ever keeping a thread of ours from running.
 
 namespace zaya {
 
@@ -23,13 +24,13 @@ class ThreadGovernor {
   void pause();
   void resume();
 
-  // The decision alone, for `threads` over `wall` seconds in which the process used `process_cpu` CPU
-  // seconds and its cores left `idle_cpu` CPU seconds unused.
-  static int decide(int threads, int max_threads, double wall, double process_cpu, double idle_cpu);
+  // The decision alone, for `threads` over `wall` seconds in which the process's threads spent `waited`
+  // seconds runnable but not running, and the cores it may run on left `idle_cpu` CPU seconds unused.
+  static int decide(int threads, int max_threads, double wall, double waited, double idle_cpu);
 
  private:
   struct Clocks {
-    double wall = 0, process_cpu = 0, idle_cpu = 0;
+    double wall = 0, waited = 0, idle_cpu = 0;
   };
   static Clocks read_clocks();
   static double wall_now();
