@@ -675,6 +675,21 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
                             a(d_dw_weight), a(d_dw_bias), a(d_g_weight), a(d_g_bias), a(scratch));
     });
   });
+  const int64_t window_rows = (s.k0 - 1) + (s.k1 - 1) + 1;
+  add(calls, "cca_conv_decode",
+      cat("windows ", dims({s.B, window_rows, s.C}), ", kernels ", s.k0, " and ", s.k1),
+      [s, shape, window_rows](Call& c) {
+        const auto window = c.uniform("window", s.B * window_rows * s.C);      // [B, rows, C]
+        const auto dw_weight = c.uniform("dw_weight", s.C * s.k0);             // [C, 1, k0]
+        const auto dw_bias = c.uniform("dw_bias", s.C);                        // [C]
+        const auto g_weight = c.uniform("g_weight", s.C * s.D * s.k1, 0.25f);  // [C, D, k1]
+        const auto g_bias = c.uniform("g_bias", s.C);                          // [C]
+        const auto out = c.output("out", s.B * s.C);                           // [B, C]
+        c.run([=](Ops& ops, const Placed& a) {
+          ops.cca_conv_decode(a(window), shape, s.k0, s.k1, a(dw_weight), a(dw_bias), a(g_weight), a(g_bias),
+                              a(out));
+        });
+      });
   // The keys' norm, with the key temperature (the queries' is the same op without it).
   add(calls, "l2norm_forward", cat("keys ", dims({s.T, s.kv_heads, s.D}), " with temp"), [s](Call& c) {
     const auto x = c.uniform("x", s.T * s.KD, 2.0f);         // [T, KV, D]
@@ -1005,6 +1020,7 @@ const std::vector<std::string>& checked_ops() {
                                                  "qk_mean_backward",
                                                  "cca_conv_forward",
                                                  "cca_conv_backward",
+                                                 "cca_conv_decode",
                                                  "l2norm_forward",
                                                  "l2norm_backward",
                                                  "rope",

@@ -212,6 +212,12 @@ class OpProfiler::TimingOps final : public Ops {
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override {
     return inner_.cca_conv_scratch(shape, k0, k1);
   }
+  void cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
+                       const float* dw_weight, const float* dw_bias, const float* g_weight,
+                       const float* g_bias, float* out) override {
+    time("cca_conv_decode",
+         [&] { inner_.cca_conv_decode(window, shape, k0, k1, dw_weight, dw_bias, g_weight, g_bias, out); });
+  }
   void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp,
                       float* out, float* norms) override {
     time("l2norm_forward", [&] { inner_.l2norm_forward(x, rows, heads, head_dim, temp, out, norms); });

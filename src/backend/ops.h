@@ -166,6 +166,12 @@ class Ops {
                                  const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
                                  float* d_g_weight, float* d_g_bias, float* scratch) = 0;
   virtual int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) = 0;
+  // Decoding: cca_conv_forward's output at the last position alone, out [batch, channels], for each of
+  // shape.batch sequences from its window [batch, (k0 - 1) + (k1 - 1) + 1, channels] of latest inputs
+  // (oldest first; zeros where a sequence has fewer, as the padding left of it). shape.seq is ignored.
+  virtual void cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
+                               const float* dw_weight, const float* dw_bias, const float* g_weight,
+                               const float* g_bias, float* out) = 0;
   // out = x * sqrt(head_dim) / max(|x|, eps) per head, times temp[head] when temp is given; x [rows, heads,
   // head_dim]; norms [rows, heads] saved for backward.
   virtual void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim,

@@ -89,26 +89,29 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
               half);
     if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
 
+    // The convolution's last output for each sequence, from its kept rows and this one: the window is
+    // left-padded with zeros while fewer than tail_rows tokens came before, as the full pass pads.
+    float* windows = f(B * (tail_rows + 1) * C);  // [B, tail_rows + 1, C]
+    float* conv = f(B * C);                       // [B, C]
+    for (int64_t i = 0; i < B; ++i) {
+      const DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
+      float* window = windows + i * (tail_rows + 1) * C;
+      const int64_t kept = int64_t(state.conv_tail.size());
+      std::fill(window, window + tail_rows * C - kept, 0.0f);
+      std::copy(state.conv_tail.begin(), state.conv_tail.end(), window + tail_rows * C - kept);
+      std::copy(a.qk0 + i * C, a.qk0 + (i + 1) * C, window + tail_rows * C);
+    }
+    const AttentionShape conv_shape{B, tail_rows + 1, dims_.heads, dims_.kv_heads, D, 0};
+    ops_.cca_conv_decode(windows, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                         w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, conv);
+
     for (int64_t i = 0; i < B; ++i) {
       DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
       const int64_t t = caches[i]->length;
       const float* qk0 = a.qk0 + i * C;
       if (t == 0 && w.v_delayed_bias)
         std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
-
-      // The convolution over the kept rows and this one: its last output is this position's, exactly as in
-      // the full pass (zero padding applies only while fewer than tail_rows tokens came before).
-      const int64_t window_rows = int64_t(state.conv_tail.size()) / C + 1;
-      float* window = f(window_rows * C);
-      std::copy(state.conv_tail.begin(), state.conv_tail.end(), window);
-      std::copy(qk0, qk0 + C, window + (window_rows - 1) * C);
-      const AttentionShape conv_shape{1, window_rows, dims_.heads, dims_.kv_heads, D, 0};
-      float* dw = f((window_rows + dims_.conv_time1 - 1) * C);
-      float* conv = f(window_rows * C);
-      float* conv_scratch = f(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1));
-      ops_.cca_conv_forward(window, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                            w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, dw, conv, conv_scratch);
-      const float* last = conv + (window_rows - 1) * C;
+      const float* last = conv + i * C;
       for (int64_t j = 0; j < QD; ++j) a.q_pre[i * QD + j] = last[j] + a.q_res[i * QD + j];
       for (int64_t j = 0; j < KD; ++j) a.k_pre[i * KD + j] = last[QD + j] + a.k_res[i * KD + j];
       state.conv_tail.insert(state.conv_tail.end(), qk0, qk0 + C);

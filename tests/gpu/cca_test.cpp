@@ -113,6 +113,27 @@ TEST_P(GpuCcaConv, ForwardAndBackwardMatchTheCpu) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(runs[0][i], runs[1][i], 0, 0)) << "gradient " << i;
 }
 
+// Decoding's convolution: `batch` windows of (k0 - 1) + (k1 - 1) + 1 latest inputs, one output each.
+TEST_P(GpuCcaConv, DecodeMatchesTheCpu) {
+  const ConvCase c = GetParam();
+  const AttentionShape shape{c.batch, 1, 4, 2, c.head_dim, 0};
+  const int64_t channels = (shape.heads + shape.kv_heads) * c.head_dim, rows = (c.k0 - 1) + (c.k1 - 1) + 1;
+  const auto window = random_values(size_t(c.batch * rows * channels), 40),
+             dw_weight = random_values(size_t(channels * c.k0), 41),
+             dw_bias = random_values(size_t(channels), 42),
+             g_weight = random_values(size_t(channels * c.head_dim * c.k1), 43, 0.25f),
+             g_bias = random_values(size_t(channels), 44);
+  std::vector<float> out(size_t(c.batch * channels));
+  DeviceArray<float> gwindow(window), gdw_weight(dw_weight), gdw_bias(dw_bias), gg_weight(g_weight),
+      gg_bias(g_bias), gout(out.size());
+  cpu().cca_conv_decode(window.data(), shape, c.k0, c.k1, dw_weight.data(), dw_bias.data(), g_weight.data(),
+                        g_bias.data(), out.data());
+  gpu().cca_conv_decode(gwindow.data(), shape, c.k0, c.k1, gdw_weight.data(), gdw_bias.data(),
+                        gg_weight.data(), gg_bias.data(), gout.data());
+  // head_dim * k1 <= 80 products of values near 1, summed in another order: a few f32 ulps.
+  EXPECT_TRUE(close(gout.host(), out, 1e-5, 1e-5));
+}
+
 INSTANTIATE_TEST_SUITE_P(GpuCca, GpuCcaConv,
                          testing::Values(ConvCase{2, 13, 16, 2, 2},  // the model's kernels
                                          ConvCase{2, 13, 20, 3, 4},  // head_dim not a multiple of the tiles

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -201,6 +203,33 @@ TEST(OpsGradient, CcaConvolutionIsCausal) {
                          out2.data(), scratch.data());
   for (int64_t i = 0; i < 4 * C; ++i) EXPECT_EQ(out[i], out2[i]) << "position " << i / C << " saw the future";
   EXPECT_NE(out[4 * C], out2[4 * C]);
+}
+
+// Decoding's convolution: each position's output from a window of its latest inputs (zeros before the first),
+// all positions of a sequence as one batch of windows, equals the full pass's output there.
+TEST(OpsGradient, CcaConvolutionDecodeIsTheFullPassAtEachPosition) {
+  for (const auto& [k0, k1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {4, 3}}) {
+    const int64_t S = 7, d = 3, C = (2 + 1) * d, rows = (k0 - 1) + (k1 - 1) + 1;
+    const AttentionShape full{1, S, 2, 1, d, 0}, windows_shape{S, rows, 2, 1, d, 0};
+    Vec x = random_vec(S * C, 1), dw_w = random_vec(C * k0, 2), dw_b = random_vec(C, 3),
+        g_w = random_vec(C * d * k1, 4), g_b = random_vec(C, 5), dw((S + k1 - 1) * C), out(S * C),
+        scratch(size_t(ops().cca_conv_scratch(full, k0, k1)));
+    ops().cca_conv_forward(x.data(), full, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(),
+                           dw.data(), out.data(), scratch.data());
+    Vec windows(S * rows * C, 0.0f), decoded(S * C);  // window t ends at position t
+    for (int64_t t = 0; t < S; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t position = t - (rows - 1) + r;
+        if (position >= 0) std::copy_n(x.begin() + position * C, C, windows.begin() + (t * rows + r) * C);
+      }
+    }
+    ops().cca_conv_decode(windows.data(), windows_shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(),
+                          g_b.data(), decoded.data());
+    for (int64_t i = 0; i < S * C; ++i) {
+      EXPECT_NEAR(decoded[size_t(i)], out[size_t(i)], 1e-5f * (1.0f + std::abs(out[size_t(i)])))
+          << "k0 " << k0 << ", k1 " << k1 << ", position " << i / C << ", channel " << i % C;
+    }
+  }
 }
 
 TEST(OpsGradient, L2NormWithTemperature) {

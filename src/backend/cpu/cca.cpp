@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -123,6 +124,44 @@ void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
         gemm(Trans::No, Trans::Yes, seq, d, d, 1.0f, dw + (b * dw_len + a) * channels + g * d, channels,
              taps + (a * channels + g * d) * d, d, 1.0f, o, channels);
       }
+    }
+  }
+}
+
+void CpuOps::cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
+                             const float* dw_weight, const float* dw_bias, const float* g_weight,
+                             const float* g_bias, float* out) {
+  const int64_t d = shape.head_dim, channels = (shape.heads + shape.kv_heads) * d, batch = shape.batch;
+  const int64_t rows = (k0 - 1) + (k1 - 1) + 1, depth = d * k1;
+  // The k1 depthwise outputs the last position reads, laid out as the grouped weight's rows are
+  // ([channels, head_dim, k1] per sequence: taps[b][c / d * d + i][a] = dw at tap a, channel i of c's group),
+  // so that each output is one dot product with a contiguous weight row: no rearranged copy of the weight,
+  // which cost a decode step more than the convolution itself. dw at tap a = bias + sum over the depthwise
+  // kernel of the window rows a .. a + k0 - 1.
+  thread_local std::vector<float> buffer;  // the calling thread's: the loops below share it through taps
+  buffer.resize(size_t(batch * channels * k1));
+  float* taps = buffer.data();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* x = window + b * rows * channels + c;
+      for (int64_t a = 0; a < k1; ++a) {
+        float sum = dw_bias[c];
+        for (int64_t j = 0; j < k0; ++j) sum += dw_weight[c * k0 + j] * x[(a + j) * channels];
+        taps[(b * channels + c) * k1 + a] = sum;
+      }
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* weight = g_weight + c * depth;  // [head_dim, k1]
+    const int64_t group = c / d * d;
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* t = taps + (b * channels + group) * k1;  // [head_dim, k1]
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t p = 0; p < depth; ++p) sum += weight[p] * t[p];
+      out[b * channels + c] = g_bias[c] + sum;
     }
   }
 }

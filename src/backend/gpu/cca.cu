@@ -178,6 +178,27 @@ ZAYA_KERNEL void depthwise_forward_kernel(const float* x, ConvShape s, const flo
   dw[index] = sum;
 }
 
+// Decoding, one thread per (b, c) of the output: the last position of b's window of pad + 1 inputs. The k1
+// depthwise outputs it reads are recomputed here (k0 products each): a few hundred products per thread.
+ZAYA_KERNEL void conv_decode_kernel(const float* window, ConvShape s, const float* dw_weight,
+                                    const float* dw_bias, const float* g_weight, const float* g_bias,
+                                    float* out) {
+  const int64_t index = global_index();
+  if (index >= s.batch * s.channels) return;
+  const int64_t c = index % s.channels, b = index / s.channels, group = c / s.d * s.d;
+  const float* x = window + b * (s.pad + 1) * s.channels;
+  float sum = 0;
+  for (int64_t i = 0; i < s.d; ++i) {
+    const int64_t in = group + i;
+    for (int64_t a = 0; a < s.k1; ++a) {
+      float tap = dw_bias[in];
+      for (int64_t j = 0; j < s.k0; ++j) tap += dw_weight[in * s.k0 + j] * x[(a + j) * s.channels + in];
+      sum += g_weight[(c * s.d + i) * s.k1 + a] * tap;
+    }
+  }
+  out[index] = g_bias[c] + sum;
+}
+
 // One thread per (b, t, c) of dx: sum_a w[c, a] d_dw[b, t + pad - a, c], taps in increasing a.
 ZAYA_KERNEL void depthwise_backward_kernel(const float* d_dw, ConvShape s, const float* weight, float* dx) {
   const int64_t index = global_index();
@@ -314,6 +335,15 @@ void GpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
   gpu::launch("gather_sequences", gather_sequences_kernel,
               gpu::cover(s.batch * s.seq * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, extended,
               s, g_bias, out);
+}
+
+void GpuOps::cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
+                             const float* dw_weight, const float* dw_bias, const float* g_weight,
+                             const float* g_bias, float* out) {
+  const ConvShape s = conv_shape(shape, k0, k1);
+  gpu::launch("conv_decode", conv_decode_kernel, gpu::cover(s.batch * s.channels, gpu::kThreads),
+              {gpu::kThreads}, 0, gpu::as_stream(stream_), window, s, dw_weight, dw_bias, g_weight, g_bias,
+              out);
 }
 
 void GpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout,

@@ -75,6 +75,9 @@ class GpuOps final : public Ops {
                          float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
                          float* scratch) override;
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override;
+  void cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
+                       const float* dw_weight, const float* dw_bias, const float* g_weight,
+                       const float* g_bias, float* out) override;
   void l2norm_forward(const float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* temp,
                       float* out, float* norms) override;
   void l2norm_backward(const float* x, const float* norms, const float* dout, int64_t rows, int64_t heads,
