@@ -1,5 +1,5 @@
 """Times transformers' ZayaForCausalLM forward+backward on a model directory, the same way `zaya bench step`
-times zaya: random token ids, labels = input_ids, one warm-up step, the median of the timed ones; in fp32,
+times zaya: random token ids, labels = input_ids, two warm-up steps, the median of the timed ones; in fp32,
 or with --autocast under torch.autocast("cpu", dtype=torch.bfloat16) (f32 weights, bf16 products).
 
 Run with the reference venv: tools/reference/.venv/bin/python bench/transformers_step.py --model DIR
@@ -29,13 +29,14 @@ def main():
     model.train()
     ids = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
     seconds = []
-    for step in range(args.steps + 1):
+    warm_up = 2
+    for step in range(warm_up + args.steps):
         model.zero_grad(set_to_none=False)
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
-        if step:
+        if step >= warm_up:
             seconds.append(time.perf_counter() - start)
     step_seconds = statistics.median(seconds)
     print(json.dumps({"implementation": "transformers", "autocast_bf16": args.autocast, "batch": args.batch, "seq": args.seq,
