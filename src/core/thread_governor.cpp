@@ -85,17 +85,41 @@ int ThreadGovernor::decide(int threads, int max_threads, double wall, double wai
   return threads;
 }
 
+int ThreadGovernor::probe(int threads, int max_threads, int decided, Probe& state) {
+  constexpr int kFirstTry = 30, kLongestWait = 600;
+  if (state.trying) {
+    state.trying = false;
+    state.every = decided < threads ? std::min(2 * state.every, kLongestWait) : kFirstTry;
+    return decided;
+  }
+  if (decided != threads || threads >= max_threads) {
+    state.quiet_windows = 0;
+    return decided;
+  }
+  if (++state.quiet_windows < state.every) return threads;
+  state.quiet_windows = 0;
+  state.trying = true;
+  return threads + 1;
+}
+
 int ThreadGovernor::after_step() {
   // A decode step takes milliseconds: /proc/stat is read only once a window has passed.
   if (banked_.wall + wall_now() - since_.wall < kWindowSeconds) return threads_;
   const Clocks now = read_clocks();
   const double wall = banked_.wall + now.wall - since_.wall;
-  const int next = decide(threads_, max_threads_, wall, banked_.waited + now.waited - since_.waited,
-                          banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
-  if (next != threads_) {
+  const bool was_trying = probe_.trying;
+  const int decided = decide(threads_, max_threads_, wall, banked_.waited + now.waited - since_.waited,
+                             banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
+  const int next = probe(threads_, max_threads_, decided, probe_);
+  // A try and a failed try's return are not news; a try that held is.
+  if (was_trying && next == threads_) {
+    std::fprintf(stderr, "zaya: a core is free again: %d threads instead of %d\n", threads_, threads_ - 1);
+  } else if (next != threads_ && !probe_.trying && !was_trying) {
     std::fprintf(stderr, "zaya: %s: %d thread%s instead of %d\n",
                  next < threads_ ? "another process holds a core" : "a core is free again", next,
                  next == 1 ? "" : "s", threads_);
+  }
+  if (next != threads_) {
     threads_ = next;
     omp_set_num_threads(threads_);
   }

@@ -6,7 +6,9 @@
 // threads waited to run (the scheduler's run delay): half a core's worth of waiting means another process
 // holds a core, and a thread is dropped; a core left idle lets one back, up to the count it started with.
 // Waiting, not CPU time, is the signal: a process of lower priority fills every idle moment (the serial
-// parts of a step, a server's HTTP work) without ever keeping a thread of ours from running.
+// parts of a step, a server's HTTP work) without ever keeping a thread of ours from running. Such a process
+// also hides a core that the busy one has left, so while a thread short the governor now and then tries one
+// more for a window, and keeps it if nobody waited (tries further apart each time one fails).
 
 namespace zaya {
 
@@ -28,6 +30,15 @@ class ThreadGovernor {
   // seconds runnable but not running, and the cores it may run on left `idle_cpu` CPU seconds unused.
   static int decide(int threads, int max_threads, double wall, double waited, double idle_cpu);
 
+  // The tries for a thread back while short of threads with no core idle. `decided` is decide()'s count
+  // for the window just ended; returns the count for the next one.
+  struct Probe {
+    int quiet_windows = 0;  // windows short of threads since the last try
+    int every = 30;         // windows between tries: doubled after each failed one, up to 600
+    bool trying = false;    // the window just ended ran one thread more, to see
+  };
+  static int probe(int threads, int max_threads, int decided, Probe& state);
+
  private:
   struct Clocks {
     double wall = 0, waited = 0, idle_cpu = 0;
@@ -36,6 +47,7 @@ class ThreadGovernor {
   static double wall_now();
 
   int max_threads_, threads_;
+  Probe probe_;
   Clocks since_;   // the clocks when the current busy stretch began
   Clocks banked_;  // the window's earlier busy stretches (before a pause), as differences
 };

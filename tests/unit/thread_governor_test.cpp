@@ -24,5 +24,36 @@ TEST(ThreadGovernor, TakesAThreadBackWhenACoreIsIdle) {
   EXPECT_EQ(ThreadGovernor::decide(2, 2, 0.0, 0.0, 0.0), 2) << "no time measured, no decision";
 }
 
+// A busy neighbour left and a process of lower priority took its core: no core is idle, so only a try shows
+// that the thread can come back.
+TEST(ThreadGovernor, TriesAThreadBackNowAndThenWhileShort) {
+  ThreadGovernor::Probe state;
+  for (int window = 1; window < 30; ++window) ASSERT_EQ(ThreadGovernor::probe(1, 2, 1, state), 1) << window;
+  EXPECT_EQ(ThreadGovernor::probe(1, 2, 1, state), 2) << "the 30th quiet window tries one more";
+  EXPECT_TRUE(state.trying);
+  EXPECT_EQ(ThreadGovernor::probe(2, 2, 1, state), 1) << "threads waited in the try: back down";
+  EXPECT_EQ(state.every, 60) << "the next try waits twice as long";
+  for (int window = 1; window < 60; ++window) ASSERT_EQ(ThreadGovernor::probe(1, 2, 1, state), 1) << window;
+  EXPECT_EQ(ThreadGovernor::probe(1, 2, 1, state), 2);
+  EXPECT_EQ(ThreadGovernor::probe(2, 2, 2, state), 2) << "nobody waited: the thread stays";
+  EXPECT_FALSE(state.trying);
+  EXPECT_EQ(state.every, 30) << "and the tries start over from the shortest wait";
+}
+
+TEST(ThreadGovernor, TriesOnlyWhileShortAndDecidedNothing) {
+  ThreadGovernor::Probe state;
+  for (int window = 0; window < 100; ++window)
+    ASSERT_EQ(ThreadGovernor::probe(2, 2, 2, state), 2) << "at its count";
+  for (int window = 0; window < 29; ++window) ASSERT_EQ(ThreadGovernor::probe(1, 2, 1, state), 1);
+  EXPECT_EQ(ThreadGovernor::probe(1, 2, 2, state), 2) << "an idle core gives the thread back at once";
+  EXPECT_FALSE(state.trying);
+  EXPECT_EQ(state.quiet_windows, 0);
+  for (int tries = 0; tries < 10; ++tries) {  // every failed try doubles the wait, up to 600 windows
+    while (!state.trying) ThreadGovernor::probe(1, 2, 1, state);
+    ThreadGovernor::probe(2, 2, 1, state);
+  }
+  EXPECT_EQ(state.every, 600);
+}
+
 }  // namespace
 }  // namespace zaya
