@@ -157,6 +157,18 @@ std::optional<std::pair<Layout, Compression>> classify(const std::string& name, 
 
 }  // namespace
 
+uint64_t decompressed_bytes(const std::string& path, uint64_t limit) {
+  ByteSource source(path, classify(fs::path(path).filename().string(), true)->second);
+  std::vector<char> buffer(1 << 16);
+  uint64_t total = 0;
+  while (total < limit) {
+    const size_t got = source.read(buffer.data(), buffer.size());
+    if (got == 0) break;
+    total += got;
+  }
+  return std::min(total, limit);
+}
+
 class DocumentReader::FileReader {
  public:
   FileReader(const std::string& path, Layout layout, Compression compression,

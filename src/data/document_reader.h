@@ -49,6 +49,11 @@ class DocumentReader {
   std::unique_ptr<FileReader> current_;
 };
 
+// The bytes the file holds once decompressed as its name says (.gz, .zst; others as they are), counted up
+// to `limit` (a larger file gives limit): what reading it will cost, before reading it. A few bytes of gzip
+// or zstd can inflate to hundreds of MB. Throws Error for a file that cannot be read or is corrupt.
+uint64_t decompressed_bytes(const std::string& path, uint64_t limit);
+
 // The byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code points past
 // U+10FFFF count as invalid), or std::string::npos.
 size_t find_invalid_utf8(std::string_view text);

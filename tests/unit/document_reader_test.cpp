@@ -93,6 +93,25 @@ TEST(DocumentReader, TruncatedCompressedFilesAreErrors) {
   }
 }
 
+// What a file costs to read, known before reading it: its size once decompressed, up to a limit.
+TEST(DocumentReader, DecompressedBytesCountsUpToTheLimit) {
+  test::TempDir dir;
+  const std::string blank_lines(1 << 20, '\n');  // 1 MiB that zstd and gzip hold in a few KB
+  test::write_bytes(dir.file("plain.txt"), "twelve bytes");
+  write_gzip(dir.file("lines.txt.gz"), blank_lines);
+  write_zstd(dir.file("lines.jsonl.zst"), blank_lines);
+  EXPECT_EQ(decompressed_bytes(dir.file("plain.txt"), 100), 12u);
+  EXPECT_EQ(decompressed_bytes(dir.file("plain.txt"), 5), 5u);
+  for (const char* name : {"lines.txt.gz", "lines.jsonl.zst"}) {
+    EXPECT_LT(test::read_bytes(dir.file(name)).size(), 10000u) << name;
+    EXPECT_EQ(decompressed_bytes(dir.file(name), uint64_t(1) << 30), uint64_t(1) << 20) << name;
+    EXPECT_EQ(decompressed_bytes(dir.file(name), 1000), 1000u) << name;
+  }
+  test::write_bytes(dir.file("fake.txt.zst"), "not zstd");
+  EXPECT_THROW(decompressed_bytes(dir.file("fake.txt.zst"), 100), Error);
+  EXPECT_THROW(decompressed_bytes(dir.file("none.txt"), 100), Error);
+}
+
 struct BadInput {
   const char* name;
   std::string content;
