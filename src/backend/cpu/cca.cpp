@@ -133,11 +133,10 @@ void CpuOps::cca_conv_decode(const float* window, const AttentionShape& shape, i
                              const float* g_bias, float* out) {
   const int64_t d = shape.head_dim, channels = (shape.heads + shape.kv_heads) * d, batch = shape.batch;
   const int64_t rows = (k0 - 1) + (k1 - 1) + 1, depth = d * k1;
-  // The k1 depthwise outputs the last position reads, laid out as the grouped weight's rows are
-  // ([channels, head_dim, k1] per sequence: taps[b][c / d * d + i][a] = dw at tap a, channel i of c's group),
-  // so that each output is one dot product with a contiguous weight row: no rearranged copy of the weight,
-  // which cost a decode step more than the convolution itself. dw at tap a = bias + sum over the depthwise
-  // kernel of the window rows a .. a + k0 - 1.
+  // taps [batch, channels, k1]: the k1 depthwise outputs the last position reads (tap a = bias + the
+  // depthwise kernel over window rows a .. a + k0 - 1). A group's d channels of taps are laid out as each of
+  // its output channels' grouped weight row [head_dim, k1], so every output is one contiguous dot product:
+  // no rearranged copy of the weight, which cost a decode step more than the convolution itself.
   thread_local std::vector<float> buffer;  // the calling thread's: the loops below share it through taps
   buffer.resize(size_t(batch * channels * k1));
   float* taps = buffer.data();
