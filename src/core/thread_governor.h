@@ -3,9 +3,9 @@
 // its slowest thread; when a core is shared with another process, that thread runs at a fraction of its
 // speed and the others wait for it (spinning, as OpenMP does between the thousands of regions of a step),
 // so N threads ran 2.3x slower than N - 1 here. After each step the governor reads how long the process's
-// threads waited to run (the scheduler's run delay): half a core's worth of waiting means another process
-// holds a core, and a thread is dropped; a core left idle lets one back, up to the count it started with.
-// Waiting, not CPU time, is the signal: a process of lower priority fills every idle moment (the serial
+// threads waited to run (the scheduler's run delay): 0.4 cores' worth of waiting per second means another
+// process holds a core, and a thread is dropped; a core left idle lets one back, up to the count it started
+// with. Waiting, not CPU time, is the signal: a process of lower priority fills every idle moment (the serial
 // parts of a step, a server's HTTP work) without ever keeping a thread of ours from running. Such a process
 // also hides a core that the busy one has left, so while a thread short the governor now and then tries one
 // more for a window, and keeps it if nobody waited (tries further apart each time one fails).

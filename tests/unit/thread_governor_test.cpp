@@ -10,6 +10,8 @@ TEST(ThreadGovernor, DropsAThreadOnlyWhenAnotherProcessHoldsACore) {
   EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.02, 0.02), 2) << "alone: the process gets its cores";
   EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.67, 0.0), 1) << "a busy neighbour: 2 of 3 runnable";
   EXPECT_EQ(ThreadGovernor::decide(64, 64, 1.0, 0.98, 0.01), 63) << "one of 64 cores taken";
+  EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.45, 0.0), 1) << "a thread that runs 55% of the time";
+  EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.07, 0.0), 2) << "the noise of lower-priority work";
   EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.0, 0.6), 2) << "serial phases leave a core idle";
   EXPECT_EQ(ThreadGovernor::decide(2, 2, 1.0, 0.01, 0.0), 2)
       << "a process of lower priority fills the idle moments but never keeps a thread waiting";
