@@ -108,18 +108,20 @@ int ThreadGovernor::after_step() {
   // A decode step takes milliseconds: /proc/stat is read only once a window has passed.
   if (banked_.wall + wall_now() - since_.wall < kWindowSeconds) return threads_;
   const Clocks now = read_clocks();
-  const double wall = banked_.wall + now.wall - since_.wall;
+  const Clocks window = banked_ + (now - since_);
   const bool was_trying = probe_.trying;
-  const int decided = decide(threads_, max_threads_, wall, banked_.waited + now.waited - since_.waited,
-                             banked_.idle_cpu + now.idle_cpu - since_.idle_cpu);
+  const int decided = decide(threads_, max_threads_, window.wall, window.waited, window.idle_cpu);
   const int next = probe(threads_, max_threads_, decided, probe_);
-  // A try and a failed try's return are not news; a try that held is.
-  if (was_trying && next == threads_) {
-    std::fprintf(stderr, "zaya: a core is free again: %d threads instead of %d\n", threads_, threads_ - 1);
-  } else if (next != threads_ && !probe_.trying && !was_trying) {
+  auto announce = [](int count, int before) {
     std::fprintf(stderr, "zaya: %s: %d thread%s instead of %d\n",
-                 next < threads_ ? "another process holds a core" : "a core is free again", next,
-                 next == 1 ? "" : "s", threads_);
+                 count < before ? "another process holds a core" : "a core is free again", count,
+                 count == 1 ? "" : "s", before);
+  };
+  // A try and a failed try's return are not news; a try that held is a thread given back.
+  if (was_trying && next == threads_) {
+    announce(threads_, threads_ - 1);
+  } else if (!was_trying && !probe_.trying && next != threads_) {
+    announce(next, threads_);
   }
   if (next != threads_) {
     threads_ = next;
@@ -131,10 +133,7 @@ int ThreadGovernor::after_step() {
 }
 
 void ThreadGovernor::pause() {
-  const Clocks now = read_clocks();
-  banked_.wall += now.wall - since_.wall;
-  banked_.waited += now.waited - since_.waited;
-  banked_.idle_cpu += now.idle_cpu - since_.idle_cpu;
+  banked_ = banked_ + (read_clocks() - since_);
 }
 
 void ThreadGovernor::resume() {

@@ -42,6 +42,12 @@ class ThreadGovernor {
  private:
   struct Clocks {
     double wall = 0, waited = 0, idle_cpu = 0;
+    Clocks operator-(const Clocks& o) const {
+      return {wall - o.wall, waited - o.waited, idle_cpu - o.idle_cpu};
+    }
+    Clocks operator+(const Clocks& o) const {
+      return {wall + o.wall, waited + o.waited, idle_cpu + o.idle_cpu};
+    }
   };
   static Clocks read_clocks();
   static double wall_now();
