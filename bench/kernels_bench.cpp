@@ -53,6 +53,29 @@ BENCHMARK(BM_Gemm)
     ->Args({1024, 1024, 1024, 0})
     ->Unit(benchmark::kMillisecond);
 
+// Decoding's products: a few rows (one per running sequence) by a bf16 weight stored [n, k], as the
+// `medium` preset's LM head (32768 x 1024), an expert's gated up projection (2048 x 1024) and a square
+// projection. The rate counted is the weight bytes read per second: a decode step's bound.
+void BM_DecodeProduct(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::vector<float> a = random_floats(size_t(m * k), 1), weights = random_floats(size_t(n * k), 2),
+                     c(size_t(m * n));
+  std::vector<BFloat16> b(weights.size());
+  cpu_ops().convert_to_bf16(weights.data(), int64_t(weights.size()), b.data());
+  for (auto _ : state) {
+    cpu_ops().gemm(Precision::BF16, Trans::No, Trans::Yes, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f,
+                   c.data(), n);
+  }
+  state.counters["weight GB/s"] =
+      benchmark::Counter(double(n * k * int64_t(sizeof(BFloat16))) * double(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeProduct)
+    ->ArgsProduct({{1, 2, 4, 8}, {32768}, {1024}})
+    ->ArgsProduct({{1, 8}, {2048, 1024}, {1024}})
+    ->ArgNames({"m", "n", "k"})
+    ->Unit(benchmark::kMicrosecond);
+
 // Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
 // backward, in f32 or bf16 products.
 void BM_Attention(benchmark::State& state) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/vec_math.h"
@@ -177,81 +178,146 @@ namespace {
 // every bf16 product; the sums are f32.
 constexpr int64_t kFewRows = 8;
 
+// How many weight rows ahead of the ones being summed the few-row product prefetches (measured: 16 and 32
+// alike, 64 lost at one row).
+constexpr int64_t kFewRowsPrefetch = 16;
+
 using Bits8 = uint16_t __attribute__((vector_size(16)));
 using Wide8 = uint32_t __attribute__((vector_size(32)));
 
-// C[i, j] for the M rows of A (bf16, [M, k] contiguous) and row j of B, stored at c[i * ldc]. With
-// AVX512-BF16 (every CPU whose bf16 products are fast here has it), vdpbf16ps multiplies 32 pairs at once
-// with f32 sums, two sums per row to hide its latency; elsewhere 8 lanes at a time, bf16 widened to f32 (a
-// bf16 value is the top half of a float). M is a constant, so that the sums stay in registers.
-template <int M>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void few_rows_dot_avx512(const uint16_t* x, int64_t k,
-                                                                                const uint16_t* w,
-                                                                                float* dots) {
-  __m512 sums[M][2];
-  for (int i = 0; i < M; ++i) sums[i][0] = sums[i][1] = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + 64 <= k; p += 64) {
-    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + p), w1 = (__m512bh)_mm512_loadu_si512(w + p + 32);
-    for (int i = 0; i < M; ++i) {
-      sums[i][0] = _mm512_dpbf16_ps(sums[i][0], (__m512bh)_mm512_loadu_si512(x + i * k + p), w0);
-      sums[i][1] = _mm512_dpbf16_ps(sums[i][1], (__m512bh)_mm512_loadu_si512(x + i * k + p + 32), w1);
-    }
-  }
-  for (; p < k; p += 32) {
+// Lane v of the result: the sum of vector v's 16 lanes, for 16 vectors at once. Four rounds of pairwise
+// shuffles and adds (45 instructions) instead of 16 horizontal sums (a store and 15 dependent adds each),
+// which cost as much as the dot products themselves when k is 1024. The zero-masked forms of unpack and
+// shuffle_f32x4, with every lane kept, because GCC 12's header warns inside the plain ones (-Wuninitialized).
+constexpr __mmask16 kAllLanes = 0xffff;
+
+// [a0 + a1, a2 + a3, b0 + b1, b2 + b3] of a's and b's 128-bit lanes.
+__attribute__((target("avx512f"))) inline __m512 add_adjacent_128(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAllLanes, a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_maskz_shuffle_f32x4(kAllLanes, a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+__attribute__((target("avx512f"))) inline __m512 lane_sums(const __m512 (&v)[16]) {
+  __m512 pairs[8], quads[4], octets[2];
+  // Within each 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
+  for (int i = 0; i < 8; ++i)
+    pairs[i] = _mm512_add_ps(_mm512_maskz_unpacklo_ps(kAllLanes, v[2 * i], v[2 * i + 1]),
+                             _mm512_maskz_unpackhi_ps(kAllLanes, v[2 * i], v[2 * i + 1]));
+  // Within each 128-bit lane: the lane's sum for vectors 4i..4i+3.
+  for (int i = 0; i < 4; ++i)
+    quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Then across 128-bit lanes, adjacent lanes first.
+  for (int i = 0; i < 2; ++i) octets[i] = add_adjacent_128(quads[2 * i], quads[2 * i + 1]);
+  return add_adjacent_128(octets[0], octets[1]);
+}
+
+// One 32-wide chunk of k from p: sums[i * C + c] += row i of A . row c of W over the chunk's lanes. The
+// index sequences make every array index a constant, so that GCC keeps the arrays in registers: with loops
+// over i and c it kept the sums on the stack and stored all of them in every chunk (half the kernel's time).
+template <int C, size_t... Row, size_t... Weight, size_t... Sum>
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void few_rows_chunk(
+    const uint16_t* x, int64_t k, const uint16_t* w, int64_t ldw, int64_t p, __mmask32 lanes,
+    __m512 (&sums)[16], std::index_sequence<Row...>, std::index_sequence<Weight...>,
+    std::index_sequence<Sum...>) {
+  const __m512bh rows[] = {(__m512bh)_mm512_maskz_loadu_epi16(lanes, x + Row * k + p)...};
+  const __m512bh weights[] = {(__m512bh)_mm512_maskz_loadu_epi16(lanes, w + Weight * ldw + p)...};
+  // The rows kFewRowsPrefetch further on, fetched into L2 while these are summed: the hardware prefetcher
+  // keeps up with one stream, not with C streams a weight row apart (the 64 MB head of `medium` streamed at
+  // half the speed without this, at every M; 16 rows ahead into L1 was no better).
+  (_mm_prefetch(reinterpret_cast<const char*>(w + (kFewRowsPrefetch + Weight) * ldw + p), _MM_HINT_T1), ...);
+  ((sums[Sum] = _mm512_dpbf16_ps(sums[Sum], rows[Sum / C], weights[Sum % C])), ...);
+}
+
+// to[v] = from[v] for every v, each index a constant (see few_rows_chunk).
+template <size_t... V>
+__attribute__((target("avx512f"), always_inline)) inline void copy_by_constant_indices(
+    const __m512 (&from)[16], __m512 (&to)[16], std::index_sequence<V...>) {
+  ((to[V] = from[V]), ...);
+}
+
+// dots[i * C + c] = row i of A (bf16, [M, k] contiguous) . row c of W (bf16, row stride ldw), for C
+// consecutive weight rows at once: each A chunk loaded serves C products and each weight chunk M, and the
+// M * C sums (at most 16) stay in registers. vdpbf16ps multiplies 32 pairs at once with f32 sums (every CPU
+// whose bf16 products are fast here has AVX512-BF16).
+template <int M, int C>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void few_rows_dots_avx512(const uint16_t* x, int64_t k,
+                                                                                 const uint16_t* w,
+                                                                                 int64_t ldw, float* dots) {
+  static_assert(M * C <= 16);
+  // Zeroed and read out by constant indices too: a loop over `sums` anywhere puts it on the stack.
+  const __m512 zeros[16] = {};
+  __m512 sums[16];
+  copy_by_constant_indices(zeros, sums, std::make_index_sequence<16>());
+  for (int64_t p = 0; p < k; p += 32) {
     const __mmask32 lanes = k - p >= 32 ? ~__mmask32(0) : (__mmask32(1) << (k - p)) - 1;
-    const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi16(lanes, w + p);
-    for (int i = 0; i < M; ++i)
-      sums[i][0] = _mm512_dpbf16_ps(sums[i][0], (__m512bh)_mm512_maskz_loadu_epi16(lanes, x + i * k + p), w0);
+    few_rows_chunk<C>(x, k, w, ldw, p, lanes, sums, std::make_index_sequence<M>(),
+                      std::make_index_sequence<C>(), std::make_index_sequence<M * C>());
   }
-  for (int i = 0; i < M; ++i) {
-    // Not _mm512_reduce_add_ps: GCC 12's header warns inside it (-Wuninitialized).
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(sums[i][0], sums[i][1]));
-    dots[i] = 0;
-    for (float lane : lanes) dots[i] += lane;
-  }
+  __m512 last[16];  // lane_sums indexes its argument in loops
+  copy_by_constant_indices(sums, last, std::make_index_sequence<16>());
+  alignas(64) float all[16];
+  _mm512_store_ps(all, lane_sums(last));
+  std::memcpy(dots, all, sizeof(float) * M * C);
 }
 
-template <int M>
-void few_rows_dot_portable(const uint16_t* x, int64_t k, const uint16_t* w, float* dots) {
-  Float8 sums[M] = {};
-  const int64_t vector_end = k / 8 * 8;
-  for (int64_t p = 0; p < vector_end; p += 8) {
-    Bits8 bits;
-    std::memcpy(&bits, w + p, sizeof bits);
-    const Float8 weights = std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16);
+// The same without AVX512-BF16: 8 lanes at a time, bf16 widened to f32 (a bf16 value is the top half of a
+// float), one weight row at a time.
+template <int M, int C>
+void few_rows_dots_portable(const uint16_t* x, int64_t k, const uint16_t* w, int64_t ldw, float* dots) {
+  for (int c = 0; c < C; ++c, w += ldw) {
+    Float8 sums[M] = {};
+    const int64_t vector_end = k / 8 * 8;
+    for (int64_t p = 0; p < vector_end; p += 8) {
+      Bits8 bits;
+      std::memcpy(&bits, w + p, sizeof bits);
+      const Float8 weights = std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16);
+      for (int i = 0; i < M; ++i) {
+        std::memcpy(&bits, x + i * k + p, sizeof bits);
+        sums[i] += std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16) * weights;
+      }
+    }
     for (int i = 0; i < M; ++i) {
-      std::memcpy(&bits, x + i * k + p, sizeof bits);
-      sums[i] += std::bit_cast<Float8>(__builtin_convertvector(bits, Wide8) << 16) * weights;
+      float sum = 0;
+      for (int lane = 0; lane < 8; ++lane) sum += sums[i][lane];
+      for (int64_t p = vector_end; p < k; ++p) sum += bf16_to_f32(x[i * k + p]) * bf16_to_f32(w[p]);
+      dots[i * C + c] = sum;
     }
   }
+}
+
+// C[i, j0 + c] for the M rows of A and the C weight rows from j0, stored at c[i * ldc + j0 + c].
+template <int M, int C>
+void few_rows_block(const uint16_t* x, int64_t k, const BFloat16* b, int64_t ldb, int64_t j0, float alpha,
+                    float beta, float* out, int64_t ldc, bool avx512_bf16) {
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(b + j0 * ldb);
+  float dots[M * C];
+  if (avx512_bf16) {
+    few_rows_dots_avx512<M, C>(x, k, w, ldb, dots);
+  } else {
+    few_rows_dots_portable<M, C>(x, k, w, ldb, dots);
+  }
   for (int i = 0; i < M; ++i) {
-    float sum = 0;
-    for (int lane = 0; lane < 8; ++lane) sum += sums[i][lane];
-    for (int64_t p = vector_end; p < k; ++p) sum += bf16_to_f32(x[i * k + p]) * bf16_to_f32(w[p]);
-    dots[i] = sum;
+    for (int c = 0; c < C; ++c) {
+      float& to = out[i * ldc + j0 + c];
+      to = alpha * dots[i * C + c] + (beta == 0.0f ? 0.0f : beta * to);
+    }
   }
 }
 
+// Fewer rows leave room for more weight rows at once: C = 16 / M, at most 8 (the registers that hold the
+// weight chunks).
 template <int M>
 void few_rows_columns(const uint16_t* x, int64_t n, int64_t k, const BFloat16* b, int64_t ldb, float alpha,
                       float beta, float* c, int64_t ldc) {
+  constexpr int C = 16 / M > 8 ? 8 : 16 / M;
   static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  const int64_t blocks = n / C;
 #pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(b + j * ldb);
-    float dots[M];
-    if (avx512_bf16) {
-      few_rows_dot_avx512<M>(x, k, w, dots);
-    } else {
-      few_rows_dot_portable<M>(x, k, w, dots);
-    }
-    for (int i = 0; i < M; ++i) {
-      float& out = c[i * ldc + j];
-      out = alpha * dots[i] + (beta == 0.0f ? 0.0f : beta * out);
-    }
-  }
+  for (int64_t block = 0; block < blocks; ++block)
+    few_rows_block<M, C>(x, k, b, ldb, block * C, alpha, beta, c, ldc, avx512_bf16);
+  for (int64_t j = blocks * C; j < n; ++j)
+    few_rows_block<M, 1>(x, k, b, ldb, j, alpha, beta, c, ldc, avx512_bf16);
 }
 
 // C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
