@@ -34,4 +34,30 @@ nlohmann::json parse_json(std::string_view text, const std::string& source, cons
   }
 }
 
+namespace {
+
+// What a value is, short enough for a one-line error: a number itself, anything else by its type.
+std::string describe(const nlohmann::json& value) {
+  return value.is_number() ? value.dump() : std::string(value.type_name());
+}
+
+}  // namespace
+
+int64_t json_int64(const nlohmann::json& value, const std::string& source, const std::string& field) {
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX)))
+    throw Error("expected an integer within int64's range, got " + describe(value)).file(source).field(field);
+  return value.get<int64_t>();
+}
+
+std::vector<int64_t> json_int64_array(const nlohmann::json& value, const std::string& source,
+                                      const std::string& field) {
+  if (!value.is_array())
+    throw Error("expected an array of integers, got " + describe(value)).file(source).field(field);
+  std::vector<int64_t> out;
+  out.reserve(value.size());
+  for (const nlohmann::json& element : value) out.push_back(json_int64(element, source, field));
+  return out;
+}
+
 }  // namespace zaya

@@ -266,17 +266,20 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   try {
     const json s = parse_json(read_text_file(state_path), state_path);
     TrainerState& t = out.state;
-    t.step = s.at("step").get<int64_t>();
-    t.tokens = s.at("tokens").get<int64_t>();
-    t.stage = s.at("stage").get<int64_t>();
-    t.stage_tokens = s.at("stage_tokens").get<int64_t>();
-    t.bad_steps = s.at("bad_steps").get<int64_t>();
+    const auto integer = [&](const json& value, const char* field) {
+      return json_int64(value, state_path, field);
+    };
+    t.step = integer(s.at("step"), "step");
+    t.tokens = integer(s.at("tokens"), "tokens");
+    t.stage = integer(s.at("stage"), "stage");
+    t.stage_tokens = integer(s.at("stage_tokens"), "stage_tokens");
+    t.bad_steps = integer(s.at("bad_steps"), "bad_steps");
     t.seconds = s.at("seconds").get<double>();
-    t.loader.stage = s.at("loader").at("stage").get<int64_t>();
-    t.loader.samples = s.at("loader").at("samples").get<int64_t>();
-    t.loader.drawn = s.at("loader").at("drawn").get<std::vector<int64_t>>();
-    optimizer.set_steps_taken(s.at("optimizer_steps").get<int64_t>());
-    balancing.steps() = s.at("balancing_steps").get<int64_t>();
+    t.loader.stage = integer(s.at("loader").at("stage"), "loader.stage");
+    t.loader.samples = integer(s.at("loader").at("samples"), "loader.samples");
+    t.loader.drawn = json_int64_array(s.at("loader").at("drawn"), state_path, "loader.drawn");
+    optimizer.set_steps_taken(integer(s.at("optimizer_steps"), "optimizer_steps"));
+    balancing.steps() = integer(s.at("balancing_steps"), "balancing_steps");
   } catch (const json::exception& e) {
     throw Error(std::string("malformed: ") + e.what()).file(state_path);
   }

@@ -121,11 +121,12 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
   const std::string state_path = (dir / kCheckpointStateFile).string();
   try {
     const json state = parse_json(read_text_file(state_path), state_path);
-    if (const int64_t step = step_of(dir); step >= 0 && state.at("step").get<int64_t>() != step)
-      throw Error(cat("holds step ", state.at("step").get<int64_t>(), ", not ", step)).file(state_path);
+    const int64_t held = json_int64(state.at("step"), state_path, "step");
+    if (const int64_t step = step_of(dir); step >= 0 && held != step)
+      throw Error(cat("holds step ", held, ", not ", step)).file(state_path);
     LoaderState loader;
-    loader.samples = state.at("loader").at("samples").get<int64_t>();
-    loader.drawn = state.at("loader").at("drawn").get<std::vector<int64_t>>();
+    loader.samples = json_int64(state.at("loader").at("samples"), state_path, "loader.samples");
+    loader.drawn = json_int64_array(state.at("loader").at("drawn"), state_path, "loader.drawn");
     if (!loader.consistent()) {
       throw Error(cat("the data position is inconsistent: ", loader.samples, " samples drawn as ",
                       state.at("loader").at("drawn").dump()))

@@ -45,6 +45,27 @@ TEST(InputLimits, JsonNestingIsBounded) {
   }
 }
 
+// A checkpoint's integers (its step, the data position) read only as integers int64 holds: a fuzzed
+// trainer_state.json with "samples": -333...339 (parsed as a float) was cast to int64, undefined behaviour.
+TEST(InputLimits, JsonIntegersOutsideInt64AreErrorsNamingTheField) {
+  EXPECT_EQ(json_int64(parse_json("-9223372036854775808", "s.json"), "s.json", "step"), INT64_MIN);
+  EXPECT_EQ(json_int64(parse_json("9223372036854775807", "s.json"), "s.json", "step"), INT64_MAX);
+  for (const char* bad :
+       {"-3333333333333333333333333339", "9223372036854775808", "1.5", "1e3", "\"7\"", "[]"}) {
+    const std::string message =
+        error_of([&] { json_int64(parse_json(bad, "s.json"), "s.json", "loader.samples"); });
+    EXPECT_NE(message.find("s.json"), std::string::npos) << bad << ": " << message;
+    EXPECT_NE(message.find("loader.samples"), std::string::npos) << bad << ": " << message;
+  }
+  EXPECT_EQ(json_int64_array(parse_json("[0, -2, 7]", "s.json"), "s.json", "drawn"),
+            (std::vector<int64_t>{0, -2, 7}));
+  for (const char* bad : {"[0, 1.5]", "[1e30]", "{}", "3"}) {
+    const std::string message =
+        error_of([&] { json_int64_array(parse_json(bad, "s.json"), "s.json", "drawn"); });
+    EXPECT_NE(message.find("drawn"), std::string::npos) << bad << ": " << message;
+  }
+}
+
 TEST(InputLimits, EveryJsonReaderBoundsNesting) {
   const std::string deep = "{\"a\":" + nested(kDeep) + "}";
   auto expect_named = [](const std::string& message, const std::string& file) {
