@@ -214,7 +214,8 @@ TEST_F(Attention, Decode) {
     int64_t heads, kv_heads, head_dim, window, length;
   };
   for (const DecodeCase c : {DecodeCase{4, 2, 32, 0, 37}, DecodeCase{4, 2, 32, 10, 37},
-                             DecodeCase{2, 1, 128, 0, 300}, DecodeCase{3, 3, 40, 50, 7}}) {
+                             DecodeCase{2, 1, 128, 0, 300}, DecodeCase{3, 3, 40, 50, 7},
+                             DecodeCase{2, 1, 100, 0, 9}}) {  // the CPU's 64-wide chunk and 8-wide tails
     const AttentionShape shape{1, c.length, c.heads, c.kv_heads, c.head_dim, c.window};
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
     const auto q = random_values(size_t(c.heads * c.head_dim), 201, 3.0f);

@@ -272,6 +272,61 @@ void CpuOps::attention_backward(Precision precision, const float* q, const float
   }
 }
 
+namespace {
+
+// scores[j] = scale * q . keys[j * ld] for j < count, keys of D floats. Four keys at a time, so that four
+// sums are in flight: one sum's chain of dependent adds, 4 cycles each, was the loop's bound.
+void decode_scores(const float* q, const float* keys, int64_t ld, int64_t count, int64_t D, float scale,
+                   float* scores) {
+  const int64_t vector_end = D / 8 * 8;
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    const float* k = keys + j * ld;
+    Float8 sums[4] = {};
+    for (int64_t i = 0; i < vector_end; i += 8) {
+      const Float8 query = load8(q + i);
+      for (int r = 0; r < 4; ++r) sums[r] += query * load8(k + r * ld + i);
+    }
+    for (int r = 0; r < 4; ++r) {
+      float dot = horizontal_sum(sums[r]);
+      for (int64_t i = vector_end; i < D; ++i) dot += q[i] * k[r * ld + i];
+      scores[j + r] = scale * dot;
+    }
+  }
+  for (; j < count; ++j) {
+    const float* k = keys + j * ld;
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t i = 0; i < D; ++i) dot += q[i] * k[i];
+    scores[j] = scale * dot;
+  }
+}
+
+// out[D] = sum over j < count of weights[j] * values[j * ld], 64 dimensions at a time so that the sums stay
+// in registers across the keys instead of being loaded and stored for each one.
+void decode_weighted_sum(const float* weights, const float* values, int64_t ld, int64_t count, int64_t D,
+                         float* out) {
+  constexpr int64_t kChunk = 64;
+  int64_t i0 = 0;
+  for (; i0 + kChunk <= D; i0 += kChunk) {
+    Float8 sums[kChunk / 8] = {};
+    for (int64_t j = 0; j < count; ++j) {
+      const float* v = values + j * ld + i0;
+      const Float8 w = splat(weights[j]);
+      for (int64_t c = 0; c < kChunk / 8; ++c) sums[c] += w * load8(v + 8 * c);
+    }
+    std::memcpy(out + i0, sums, sizeof sums);
+  }
+  if (i0 == D) return;
+  std::fill(out + i0, out + D, 0.0f);
+  for (int64_t j = 0; j < count; ++j) {
+    const float* v = values + j * ld;
+    for (int64_t i = i0; i < D; ++i) out[i] += weights[j] * v[i];
+  }
+}
+
+}  // namespace
+
 void CpuOps::attention_decode(const float* q, const float* keys, const float* values, int64_t length,
                               const AttentionShape& shape, float scale, float* out) {
   const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, groups = H / KV;
@@ -281,20 +336,10 @@ void CpuOps::attention_decode(const float* q, const float* keys, const float* va
   for (int64_t h = 0; h < H; ++h) {
     const int64_t g = h / groups;
     float* scores = thread_scratch(size_t(width), 0);
-    for (int64_t j = 0; j < width; ++j) {
-      const float* k = keys + ((first + j) * KV + g) * D;
-      float dot = 0;
-      for (int64_t i = 0; i < D; ++i) dot += q[h * D + i] * k[i];
-      scores[j] = scale * dot;
-    }
+    decode_scores(q + h * D, keys + (first * KV + g) * D, KV * D, width, D, scale, scores);
     const float sum = exp_shifted(scores, width, row_max(scores, width), 1.0f, scores);
-    float* o = out + h * D;
-    std::fill(o, o + D, 0.0f);
-    for (int64_t j = 0; j < width; ++j) {
-      const float* v = values + ((first + j) * KV + g) * D;
-      const float p = scores[j] / sum;
-      for (int64_t i = 0; i < D; ++i) o[i] += p * v[i];
-    }
+    for (int64_t j = 0; j < width; ++j) scores[j] /= sum;
+    decode_weighted_sum(scores, values + (first * KV + g) * D, KV * D, width, D, out + h * D);
   }
 }
 
