@@ -76,6 +76,27 @@ BENCHMARK(BM_DecodeProduct)
     ->ArgNames({"m", "n", "k"})
     ->Unit(benchmark::kMicrosecond);
 
+// The same product against 64 different [2048, 1024] weights in turn (256 MB, as a decode step reads its
+// experts): from memory, not from the last-level cache the single matrix above stays in.
+void BM_DecodeProductFromMemory(benchmark::State& state) {
+  const int64_t m = state.range(0), n = 2048, k = 1024, matrices = 64;
+  std::vector<float> a = random_floats(size_t(m * k), 1), weights = random_floats(size_t(n * k), 2),
+                     c(size_t(m * n));
+  std::vector<BFloat16> b(size_t(matrices * n * k));
+  for (int64_t e = 0; e < matrices; ++e)
+    cpu_ops().convert_to_bf16(weights.data(), n * k, b.data() + e * n * k);
+  int64_t e = 0;
+  for (auto _ : state) {
+    cpu_ops().gemm(Precision::BF16, Trans::No, Trans::Yes, m, n, k, 1.0f, a.data(), k, b.data() + e * n * k,
+                   k, 0.0f, c.data(), n);
+    e = (e + 1) % matrices;
+  }
+  state.counters["weight GB/s"] =
+      benchmark::Counter(double(n * k * int64_t(sizeof(BFloat16))) * double(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeProductFromMemory)->Arg(1)->Arg(2)->Arg(8)->ArgName("m")->Unit(benchmark::kMicrosecond);
+
 // Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
 // backward, in f32 or bf16 products.
 void BM_Attention(benchmark::State& state) {
