@@ -88,10 +88,9 @@ int ThreadGovernor::decide(int threads, int max_threads, double wall, double wai
 }
 
 int ThreadGovernor::probe(int threads, int max_threads, int decided, Probe& state) {
-  constexpr int kFirstTry = 30, kLongestWait = 600;
   if (state.trying) {
     state.trying = false;
-    state.every = decided < threads ? std::min(2 * state.every, kLongestWait) : kFirstTry;
+    state.every = decided < threads ? std::min(2 * state.every, Probe::kLongestWait) : Probe::kFirstTry;
     return decided;
   }
   if (decided != threads || threads >= max_threads) {

@@ -33,8 +33,9 @@ class ThreadGovernor {
   // The tries for a thread back while short of threads with no core idle. `decided` is decide()'s count
   // for the window just ended; returns the count for the next one.
   struct Probe {
-    int quiet_windows = 0;  // windows short of threads since the last try
-    int every = 30;         // windows between tries: doubled after each failed one, up to 600
+    static constexpr int kFirstTry = 30, kLongestWait = 600;  // in windows
+    int quiet_windows = 0;                                    // windows short of threads since the last try
+    int every = kFirstTry;  // windows between tries: doubled after each failed one, up to kLongestWait
     bool trying = false;    // the window just ended ran one thread more, to see
   };
   static int probe(int threads, int max_threads, int decided, Probe& state);
