@@ -1,6 +1,7 @@
 // `zaya bench step`: forward+backward tokens/s and MFU against the GEMM throughput (sgemm, or bf16 in a bf16
 // run) measured in the same run on the same machine. `zaya bench optimizer`: the optimizer step against
 // forward+backward. `zaya bench ops`: every backend op on a device against the CPU, its error and speed.
+// `zaya bench decode`: the decode engine's tokens/s for one sequence and for a batch, without a server.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "core/rng.h"
 #include "core/thread_governor.h"
 #include "core/threads.h"
+#include "model/decode_cache.h"
 #include "model/model_dims.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
@@ -54,6 +56,21 @@ void keep_layers(ZayaConfig& config, int64_t layers) {
     config.num_hidden_layers = layers;
     config.layer_types.resize(size_t(layers));
   }
+}
+
+// The model a benchmark runs: a model directory's, or a preset or config randomly initialised (seed 0) with
+// its first `layers` layers (0: all).
+LoadedModel bench_model(const ModelSource& source, int64_t layers) {
+  LoadedModel model;
+  if (!source.model_dir.empty()) {
+    if (layers > 0) throw Error("--layers applies to a preset or a config, not a model").field("--layers");
+    return load_model(source.model_dir);
+  }
+  model.config = source.config();
+  keep_layers(model.config, layers);
+  model.params = std::make_unique<ParameterStore>(model_dims(model.config));
+  init_parameters(*model.params, model.config.initializer_range, 0);
+  return model;
 }
 
 // batch x seq, at most 2^31 tokens a step (more would not fit in memory, and its sizes overflow).
@@ -145,17 +162,7 @@ void print_profile(const StepProfile& profile) {
 void run_step_bench(const StepArgs& args) {
   const Device device = select_device(args.device, "--device");  // before building a large model
   Ops& ops = *device.ops;
-  LoadedModel model;
-  if (!args.source.model_dir.empty()) {
-    if (args.layers > 0)
-      throw Error("--layers applies to a preset or a config, not a model").field("--layers");
-    model = load_model(args.source.model_dir);
-  } else {
-    model.config = args.source.config();
-    keep_layers(model.config, args.layers);
-    model.params = std::make_unique<ParameterStore>(model_dims(model.config));
-    init_parameters(*model.params, model.config.initializer_range, 0);
-  }
+  LoadedModel model = bench_model(args.source, args.layers);
   const ModelDims& dims = model.params->dims();
   const int64_t tokens = step_tokens(args.batch, args.seq);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
@@ -224,6 +231,90 @@ void run_step_bench(const StepArgs& args) {
     std::printf("MFU against the given peak of %.0f TFLOP/s: %.1f%%\n", args.peak_tflops, 100 * peak_mfu);
   }
   if (profile) print_profile(*profile);
+}
+
+struct DecodeArgs {
+  ModelSource source;
+  int64_t batch = 8, prompt = 64, new_tokens = 64;
+  int runs = 3;
+  std::string precision = "auto";
+  bool profile = false;
+};
+
+// One decode run: `count` random prompts prefilled together, then new_tokens steps of greedy decoding (each
+// sequence fed its own argmax, as a server at temperature 0). Returns the decode steps' seconds. A profiler
+// given is cleared after the prefill: it times the decode steps alone.
+double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& args, int64_t count,
+                   uint64_t seed, OpProfiler* profiler = nullptr) {
+  const RandomStream rng(seed, RngPurpose::Test, 0);
+  std::vector<int32_t> prompts(size_t(count * args.prompt));  // [count, prompt]
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = int32_t(rng.bits(i) % uint32_t(dims.vocab));
+  std::vector<DecodeCache> caches;
+  std::vector<DecodeCache*> cache_ptrs;
+  std::vector<const int32_t*> starts;
+  std::vector<int64_t> lengths(size_t(count), args.prompt);
+  caches.reserve(size_t(count));
+  for (int64_t b = 0; b < count; ++b) {
+    caches.push_back(make_decode_cache(dims, args.prompt + args.new_tokens));
+    cache_ptrs.push_back(&caches.back());
+    starts.push_back(prompts.data() + b * args.prompt);
+  }
+  const float* logits = model.prefill(starts.data(), lengths.data(), cache_ptrs.data(), count);
+  std::vector<int32_t> next(static_cast<size_t>(count));  // [count]
+  auto choose = [&](const float* rows, int64_t stride) {
+    for (int64_t b = 0; b < count; ++b) {
+      const float* row = rows + b * stride;
+      next[size_t(b)] = int32_t(std::max_element(row, row + dims.vocab) - row);
+    }
+  };
+  choose(logits + (args.prompt - 1) * dims.vocab, args.prompt * dims.vocab);
+  if (profiler) profiler->clear();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < args.new_tokens; ++t)
+    choose(model.decode_batch(next.data(), cache_ptrs.data(), count), dims.vocab);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Decode tokens/s of one sequence and of `batch` together, alternated run by run (the same machine state
+// for both), each after an untimed warm-up run; then optionally a profiled batched run.
+void run_decode_bench(const DecodeArgs& args) {
+  Ops& ops = cpu_ops();
+  LoadedModel model = bench_model(args.source, 0);
+  step_tokens(args.batch, args.prompt);  // the prefill's tokens, within what its sizes hold
+  const int64_t context = model.config.max_position_embeddings;
+  if (args.new_tokens > context - args.prompt) {
+    throw Error(cat("prompts of ", args.prompt, " tokens and ", args.new_tokens,
+                    " new ones are more than the model's context of ", context, " (max_position_embeddings)"))
+        .field("--prompt");
+  }
+  const ModelDims& dims = model.params->dims();
+  const Precision precision = resolve_precision(args.precision, ops, "--precision");
+  ZayaModel zaya(*model.params, ops, precision);
+  const int64_t sizes[2] = {1, args.batch};
+  std::vector<double> rates[2];
+  for (int run = -1; run < args.runs; ++run) {
+    for (int which = 0; which < 2; ++which) {
+      const int64_t count = sizes[run % 2 == 0 ? which : 1 - which];  // the order flips every run
+      const double seconds = time_decode(zaya, dims, args, count, uint64_t(run + 1));
+      if (run >= 0) rates[count == 1 ? 0 : 1].push_back(double(count * args.new_tokens) / seconds);
+    }
+  }
+  const double single = median(rates[0]), batched = median(rates[1]);
+  std::printf("%s: prompts of %lld tokens, %lld new tokens each, %d threads, %s\n",
+              args.source.describe().c_str(), (long long)args.prompt, (long long)args.new_tokens,
+              num_threads(), describe_precision(args.precision, precision).c_str());
+  std::printf(
+      "decode, medians of %d alternated runs: 1 sequence %.1f tokens/s, %lld sequences %.1f tokens/s "
+      "(%.2fx)\n",
+      args.runs, single, (long long)args.batch, batched, batched / single);
+  if (!args.profile) return;
+  OpProfiler profiler(ops);
+  ZayaModel profiled(*model.params, profiler.ops(), precision);
+  time_decode(profiled, dims, args, args.batch, 0);  // sizes the arenas
+  const double seconds = time_decode(profiled, dims, args, args.batch, 0, &profiler);
+  std::printf("%lld sequences, %lld decode steps profiled (their sums):\n", (long long)args.batch,
+              (long long)args.new_tokens);
+  print_profile({seconds, profiler.times()});
 }
 
 struct OptimizerArgs {
@@ -400,6 +491,24 @@ void add_bench_command(CLI::App& app) {
   optimizer->add_option("--precision", opt_args->precision, "of the products: auto, fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });
+
+  auto decode_args = std::make_shared<DecodeArgs>();
+  CLI::App* decode = bench->add_subcommand(
+      "decode", "decode tokens/s of one sequence and of a batch decoded together (a server's engine)");
+  decode_args->source.add_options(*decode, true, true);
+  decode->add_option("--batch", decode_args->batch, "sequences decoded together (default 8)")
+      ->check(positive());
+  decode->add_option("--prompt", decode_args->prompt, "random prompt tokens per sequence (default 64)")
+      ->check(positive());
+  decode->add_option("--new-tokens", decode_args->new_tokens, "decode steps timed (default 64)")
+      ->check(positive());
+  decode->add_option("--runs", decode_args->runs, "timed runs of each (default 3; medians)")
+      ->check(positive());
+  decode->add_option("--precision", decode_args->precision, "of the products: auto, fp32, bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  decode->add_flag("--profile", decode_args->profile,
+                   "then a batched run with each op timed on its own: where a decode step's time goes");
+  decode->callback([decode_args] { run_decode_bench(*decode_args); });
 
   auto ops_args = std::make_shared<OpsArgs>();
   CLI::App* ops = bench->add_subcommand(

@@ -64,6 +64,14 @@ check "--batch x --seq past 2^31 tokens" 1 "is more than 2147483648 tokens a ste
 check "bench step" 0 "tokens/s" -- "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1
 check "bench step --profile: each op's share, and the host's" 0 "outside the ops (the host)" -- \
   "$zaya" bench step --preset tiny --batch 2 --seq 32 --steps 1 --profile
+check "bench decode: one sequence and a batch, side by side" 0 "tokens/s, 3 sequences" -- \
+  "$zaya" bench decode --preset tiny --batch 3 --prompt 5 --new-tokens 4 --runs 1
+check "bench decode --profile: where a decode step's time goes" 0 "attention_decode" -- \
+  "$zaya" bench decode --preset tiny --batch 2 --prompt 5 --new-tokens 4 --runs 1 --profile
+check "bench decode with no new tokens, in a few words" 2 "--new-tokens: must be positive" -- \
+  "$zaya" bench decode --preset tiny --new-tokens 0
+check "bench decode past the model's context" 1 "more than the model's context" -- \
+  "$zaya" bench decode --preset tiny --prompt 100000 --new-tokens 2
 # bench ops: every computing op of the table (read from ops.h, as the GPU tests do) in the table it prints;
 # the CPU against itself, the baseline that runs everywhere.
 out=$("$zaya" bench ops --device cpu --preset tiny --repeats 1 2>&1)
