@@ -259,19 +259,20 @@ double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& ar
     cache_ptrs.push_back(&caches.back());
     starts.push_back(prompts.data() + b * args.prompt);
   }
-  const float* logits = model.prefill(starts.data(), lengths.data(), cache_ptrs.data(), count);
+  const float* logits =
+      model.prefill(starts.data(), lengths.data(), cache_ptrs.data(), count, ZayaModel::PrefillLogits::Last);
   std::vector<int32_t> next(static_cast<size_t>(count));  // [count]
-  auto choose = [&](const float* rows, int64_t stride) {
+  auto choose = [&](const float* rows) {                  // [count, vocab]
     for (int64_t b = 0; b < count; ++b) {
-      const float* row = rows + b * stride;
+      const float* row = rows + b * dims.vocab;
       next[size_t(b)] = int32_t(std::max_element(row, row + dims.vocab) - row);
     }
   };
-  choose(logits + (args.prompt - 1) * dims.vocab, args.prompt * dims.vocab);
+  choose(logits);
   if (profiler) profiler->clear();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t t = 0; t < args.new_tokens; ++t)
-    choose(model.decode_batch(next.data(), cache_ptrs.data(), count), dims.vocab);
+    choose(model.decode_batch(next.data(), cache_ptrs.data(), count));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

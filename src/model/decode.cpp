@@ -161,11 +161,11 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
 
 const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache) {
   DecodeCache* one = &cache;
-  return prefill(&tokens, &count, &one, 1);
+  return prefill(&tokens, &count, &one, 1, PrefillLogits::Every);
 }
 
 const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* lengths,
-                                DecodeCache* const* caches, int64_t count) {
+                                DecodeCache* const* caches, int64_t count, PrefillLogits which) {
   int64_t longest = 0;
   for (int64_t b = 0; b < count; ++b) {
     if (lengths[b] < 1) throw Error("prefill needs at least one token per prompt");
@@ -180,7 +180,8 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
   std::vector<int32_t> ids(size_t(count * longest), 0);
   for (int64_t b = 0; b < count; ++b)
     std::copy(prompts[b], prompts[b] + lengths[b], ids.begin() + b * longest);
-  const ForwardResult result = forward({ids.data(), nullptr, nullptr, count, longest}, true);
+  const ForwardResult result =
+      forward({ids.data(), nullptr, nullptr, count, longest}, which == PrefillLogits::Every);
   // The cache holds what the full pass computed: the keys (normalised, rotated) and values of every
   // position, the convolution's last input rows, and the last token's delayed value projection (which the
   // full pass shifted out of its output).
@@ -200,7 +201,21 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
     }
   }
   for (int64_t b = 0; b < count; ++b) caches[b]->length = lengths[b];
-  return result.logits;
+  return which == PrefillLogits::Every ? result.logits : last_logits(lengths, count, longest);
+}
+
+const float* ZayaModel::last_logits(const int64_t* lengths, int64_t count, int64_t longest) {
+  const int64_t H = dims_.hidden, V = dims_.vocab;
+  std::vector<int32_t> last(static_cast<size_t>(count));  // [count]: each prompt's last row of the pass
+  for (int64_t b = 0; b < count; ++b) last[size_t(b)] = int32_t(b * longest + lengths[b] - 1);
+  int32_t* rows = arena_.alloc<int32_t>(size_t(count));
+  ops_.copy_from_host(rows, last.data(), size_t(count) * sizeof(int32_t));
+  float* hidden = arena_.alloc<float>(size_t(count * H));  // [count, H]
+  ops_.gather_rows(xn_final_, rows, nullptr, count, H, hidden);
+  float* logits = arena_.alloc<float>(size_t(count * V));  // [count, V]
+  ops_.gemm(precision_, Trans::No, Trans::Yes, count, V, H, 1.0f, hidden, H, m_.lm_head, H, 0.0f, logits, V);
+  if (w_.lm_head_bias) ops_.add_bias(logits, count, V, V, w_.lm_head_bias);
+  return logits;
 }
 
 }  // namespace zaya

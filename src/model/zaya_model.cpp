@@ -264,6 +264,7 @@ void ZayaModel::rope_tables(const Batch& batch) {
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,
                      float loss_scale, float* logits, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
+  if (!keep_logits && !batch.labels && !train) return;  // nothing asked of the head (a prefill)
   // Chunks of at most the backend's loss_chunk_logits bound the scratch whatever the vocabulary: as few as
   // that allows, of one size (a remainder of a few rows would make a product too shallow to run at speed),
   // a multiple of 16 rows so that bf16 products need no padding.

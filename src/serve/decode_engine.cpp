@@ -97,14 +97,17 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
     std::vector<const int32_t*> prompts;
     std::vector<int64_t> lengths;
     std::vector<DecodeCache*> caches;
+    bool score = false;  // any prompt of the group scored: every position's logits, else each last one's
     for (size_t b = first; b < end; ++b) {
       prompts.push_back(joining[b].sequence->request().prompt.data());
       lengths.push_back(int64_t(joining[b].sequence->request().prompt.size()));
       caches.push_back(&joining[b].cache);
+      score = score || joining[b].sequence->request().score_prompt;
     }
     const float* logits = nullptr;
     try {
-      logits = model_.prefill(prompts.data(), lengths.data(), caches.data(), int64_t(caches.size()));
+      logits = model_.prefill(prompts.data(), lengths.data(), caches.data(), int64_t(caches.size()),
+                              score ? ZayaModel::PrefillLogits::Every : ZayaModel::PrefillLogits::Last);
     } catch (const std::exception& e) {
       for (size_t b = first; b < end; ++b) joining[b].sequence->post(failed(e.what()));
       first = end;
@@ -115,7 +118,7 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
       Running& joined = joining[b];
       const SequenceRequest& request = joined.sequence->request();
       const int64_t length = lengths[b - first];
-      const float* rows = logits + int64_t(b - first) * longest * vocab;
+      const float* rows = logits + int64_t(b - first) * (score ? longest : 1) * vocab;
       counters_.prompt_tokens += length;
       if (request.score_prompt) {
         SequenceEvent scored;
@@ -128,7 +131,7 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
       }
       if (request.max_tokens == 0) {
         joined.sequence->post(finished("length"));
-      } else if (advance(joined, rows + (length - 1) * vocab)) {
+      } else if (advance(joined, score ? rows + (length - 1) * vocab : rows)) {
         running.push_back(std::move(joined));
       }
     }

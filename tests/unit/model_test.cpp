@@ -451,6 +451,16 @@ TEST(ZayaModel, BatchedDecodingAndPrefillMatchEachSequencesFullPass) {
     for (int64_t b = 1; b < B; ++b) {
       for (int64_t t = 0; t < prompt[b]; ++t) compare(b, t, logits + ((b - 1) * prompt[1] + t) * V);
     }
+    // Only the last positions' logits, [2, V], into fresh caches: the same rows, and the same caches after.
+    std::vector<DecodeCache> again;
+    for (int64_t b = 1; b < B; ++b) again.push_back(make_decode_cache(dims, S));
+    DecodeCache* again_ptrs[] = {&again[0], &again[1]};
+    const float* last = model.prefill(prompts, prompt + 1, again_ptrs, 2, ZayaModel::PrefillLogits::Last);
+    for (int64_t b = 1; b < B; ++b) compare(b, prompt[b] - 1, last + (b - 1) * V);
+    for (int64_t b = 1; b < B; ++b) {
+      EXPECT_EQ(again[size_t(b - 1)].length, caches[size_t(b)].length) << name;
+      EXPECT_EQ(again[size_t(b - 1)].layers[0].keys, caches[size_t(b)].layers[0].keys) << name;
+    }
     for (;;) {
       std::vector<int32_t> tokens;
       std::vector<DecodeCache*> active;
