@@ -97,6 +97,28 @@ void BM_DecodeProductFromMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeProductFromMemory)->Arg(1)->Arg(2)->Arg(8)->ArgName("m")->Unit(benchmark::kMicrosecond);
 
+// The CCA convolutions' last position for B sequences decoding (`medium`: 8 + 2 heads of 128, kernels of 2),
+// against one grouped weight (1.3 MB in f32, cached) or against 64 in turn (from memory, as in a decode step,
+// which reads the other layers' weights in between).
+void BM_CcaConvDecode(benchmark::State& state) {
+  const int64_t B = state.range(0), weights = state.range(1), d = 128, C = 10 * d, k0 = 2, k1 = 2, rows = 3;
+  const AttentionShape shape{B, rows, 8, 2, d, 0};
+  std::vector<float> window = random_floats(size_t(B * rows * C), 1), dw = random_floats(size_t(C * k0), 2),
+                     dw_bias = random_floats(size_t(C), 3),
+                     g = random_floats(size_t(weights * C * d * k1), 4), g_bias = random_floats(size_t(C), 5),
+                     out(size_t(B * C));
+  int64_t w = 0;
+  for (auto _ : state) {
+    cpu_ops().cca_conv_decode(window.data(), shape, k0, k1, dw.data(), dw_bias.data(),
+                              g.data() + w * C * d * k1, g_bias.data(), out.data());
+    w = (w + 1) % weights;
+  }
+}
+BENCHMARK(BM_CcaConvDecode)
+    ->ArgsProduct({{1, 8}, {1, 64}})
+    ->ArgNames({"sequences", "weights"})
+    ->Unit(benchmark::kMicrosecond);
+
 // Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
 // backward, in f32 or bf16 products.
 void BM_Attention(benchmark::State& state) {

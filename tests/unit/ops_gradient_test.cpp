@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <utility>
@@ -206,10 +207,13 @@ TEST(OpsGradient, CcaConvolutionIsCausal) {
 }
 
 // Decoding's convolution: each position's output from a window of its latest inputs (zeros before the first),
-// all positions of a sequence as one batch of windows, equals the full pass's output there.
+// all positions of a sequence as one batch of windows, equals the full pass's output there. Head sizes 3 and
+// 9 with 7 and 11 positions: dot products shorter than a vector and longer with a remainder, one batch of
+// windows and more than the 8 that share a weight row's read.
 TEST(OpsGradient, CcaConvolutionDecodeIsTheFullPassAtEachPosition) {
-  for (const auto& [k0, k1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {4, 3}}) {
-    const int64_t S = 7, d = 3, C = (2 + 1) * d, rows = (k0 - 1) + (k1 - 1) + 1;
+  for (const auto& [k0, k1, d, S] :
+       {std::array<int64_t, 4>{2, 2, 3, 7}, {3, 2, 3, 7}, {4, 3, 3, 7}, {2, 2, 9, 11}, {4, 3, 9, 11}}) {
+    const int64_t C = (2 + 1) * d, rows = (k0 - 1) + (k1 - 1) + 1;
     const AttentionShape full{1, S, 2, 1, d, 0}, windows_shape{S, rows, 2, 1, d, 0};
     Vec x = random_vec(S * C, 1), dw_w = random_vec(C * k0, 2), dw_b = random_vec(C, 3),
         g_w = random_vec(C * d * k1, 4), g_b = random_vec(C, 5), dw((S + k1 - 1) * C), out(S * C),
@@ -227,7 +231,7 @@ TEST(OpsGradient, CcaConvolutionDecodeIsTheFullPassAtEachPosition) {
                           g_b.data(), decoded.data());
     for (int64_t i = 0; i < S * C; ++i) {
       EXPECT_NEAR(decoded[size_t(i)], out[size_t(i)], 1e-5f * (1.0f + std::abs(out[size_t(i)])))
-          << "k0 " << k0 << ", k1 " << k1 << ", position " << i / C << ", channel " << i % C;
+          << "k0 " << k0 << ", k1 " << k1 << ", d " << d << ", position " << i / C << ", channel " << i % C;
     }
   }
 }
