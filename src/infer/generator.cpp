@@ -54,8 +54,11 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
   require_prompt(prompt);
   const ModelDims& dims = model.params().dims();
   DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
-  const float* logits = nullptr;
-  for (int32_t token : prompt) logits = model.decode_step(token, cache);
+  // The prompt in one pass (its weights read once, not once per token), only its last logits computed.
+  const int32_t* tokens = prompt.data();
+  const int64_t length = int64_t(prompt.size());
+  DecodeCache* caches = &cache;
+  const float* logits = model.prefill(&tokens, &length, &caches, 1, ZayaModel::PrefillLogits::Last);
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
   ThreadGovernor governor;  // decoding shares its machine, as training does
   std::vector<int32_t> out;

@@ -551,5 +551,29 @@ TEST(Generate, IsReproducibleAndStops) {
   EXPECT_THROW(generate(model, {}, options), Error);
 }
 
+// Greedy tokens are the argmax of the full pass over the text so far: the prompt's one-pass prefill and each
+// decode step after it agree with it.
+TEST(Generate, GreedyTokensAreTheFullPassArgmax) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.5, 1);
+  ZayaModel model(params, cpu_ops());
+  const int64_t V = params.dims().vocab;
+  SamplingOptions options;
+  options.max_new_tokens = 10;
+  options.temperature = 0;
+  const std::vector<int32_t> prompt = random_ids(9, V, 4);
+  const std::vector<int32_t> got = generate(model, prompt, options);
+  ASSERT_EQ(got.size(), 10u);
+  std::vector<int32_t> text = prompt;
+  for (int32_t token : got) {
+    const ForwardResult full = model.forward({text.data(), nullptr, nullptr, 1, int64_t(text.size())}, true);
+    const float* last = full.logits + (int64_t(text.size()) - 1) * V;
+    EXPECT_EQ(token, int32_t(std::max_element(last, last + V) - last))
+        << "after " << text.size() << " tokens";
+    text.push_back(token);
+  }
+}
+
 }  // namespace
 }  // namespace zaya
