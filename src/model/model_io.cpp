@@ -13,20 +13,13 @@
 namespace zaya {
 namespace fs = std::filesystem;
 
-LoadedModel load_model(const std::string& dir) {
-  if (!fs::is_directory(dir)) throw Error("not a model directory").file(dir);
-  LoadedModel model;
-  model.config = load_config((fs::path(dir) / "config.json").string());
-  model.params = std::make_unique<ParameterStore>(model_dims(model.config));
-  load_weights(dir, *model.params, model.config.tie_word_embeddings);
-  return model;
-}
+namespace {
 
-void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings) {
-  const WeightSet weights(dir);
-
+// Every parameter of `table` in `weights` with its shape and a float dtype, and no tensor the model lacks.
+void check_weights(const std::string& dir, const ParameterTable& table, const WeightSet& weights,
+                   bool tied_embeddings) {
   std::set<std::string> expected;
-  for (const ParamInfo& param : params.table().params()) {
+  for (const ParamInfo& param : table.params()) {
     expected.insert(param.name);
     const auto found = weights.find(param.name);
     if (!found.file) throw Error("the model directory lacks this parameter").file(dir).tensor(param.name);
@@ -42,13 +35,6 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
           .file(found.file->path())
           .tensor(param.name);
     }
-    // All of the tensor, or the rows of this rank's experts.
-    const TensorView all = found.file->view(entry);
-    const TensorView held{static_cast<char*>(all.data) + size_t(param.model_offset) * dtype_size(entry.dtype),
-                          entry.dtype, param.shape};
-    std::vector<float> values(size_t(param.numel()));
-    convert_to_f32(held, values.data());
-    params.write_value(param, values.data());
   }
   for (const std::string& name : weights.names()) {
     // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
@@ -56,6 +42,41 @@ void load_weights(const std::string& dir, ParameterStore& params, bool tied_embe
       throw Error("the model has no parameter of this name").file(dir).tensor(name);
     }
   }
+}
+
+// Each parameter's values (all of the tensor, or the rows of this rank's experts) from checked weights.
+void copy_weights(const WeightSet& weights, ParameterStore& params) {
+  for (const ParamInfo& param : params.table().params()) {
+    const auto found = weights.find(param.name);
+    const TensorView all = found.file->view(*found.entry);
+    const TensorView held{static_cast<char*>(all.data) + size_t(param.model_offset) * dtype_size(all.dtype),
+                          all.dtype, param.shape};
+    std::vector<float> values(size_t(param.numel()));
+    convert_to_f32(held, values.data());
+    params.write_value(param, values.data());
+  }
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw Error("not a model directory").file(dir);
+  LoadedModel model;
+  model.config = load_config((fs::path(dir) / "config.json").string());
+  const ModelDims dims = model_dims(model.config);
+  // Checked before the store is allocated: a config asking for more than the files hold (65,536 layers, a
+  // one-line edit of a small model's) fails at once instead of after allocating its size (6.5 GB, 8 s).
+  const WeightSet weights(dir);
+  check_weights(dir, ParameterTable(dims), weights, model.config.tie_word_embeddings);
+  model.params = std::make_unique<ParameterStore>(dims);
+  copy_weights(weights, *model.params);
+  return model;
+}
+
+void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings) {
+  const WeightSet weights(dir);
+  check_weights(dir, params.table(), weights, tied_embeddings);
+  copy_weights(weights, params);
 }
 
 void write_generation_config(const ZayaConfig& config, const std::string& path) {

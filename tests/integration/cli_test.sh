@@ -58,6 +58,14 @@ check "a model under ulimit -v 400 MB: an error, not a crash" 1 "may map 390 MiB
   bash -c 'ulimit -v 400000; exec "$0" bench step --preset tiny --batch 1 --seq 16 --steps 1' "$zaya"
 check "init of a model larger than ulimit -v allows" 1 "this process may map" -- \
   bash -c 'ulimit -v 700000; exec "$0" init --preset medium --out "$1"' "$zaya" "$tmp/medium"
+# A one-line edit asking a small model's files for 65,536 layers: the missing tensor is named before the
+# config's size (5 GB of values) is allocated.
+mkdir -p "$tmp/many_layers"
+cp "$fixtures/model/basic/model.safetensors" "$tmp/many_layers/"
+sed -e 's/"num_hidden_layers": 2/"num_hidden_layers": 65536/' -e '/"layer_types"/,/\]/d' \
+  "$fixtures/model/basic/config.json" > "$tmp/many_layers/config.json"
+check "a config asking for more layers than the files hold, under ulimit -v 3 GB" 1 "lacks this parameter" -- \
+  bash -c 'ulimit -v 3000000; exec "$0" bench decode --model "$1" --runs 1' "$zaya" "$tmp/many_layers"
 check "a negative --batch, in a few words" 2 "--batch: must be positive, got -5 (see" -- "$zaya" bench step --batch -5
 check "--batch x --seq past 2^31 tokens" 1 "is more than 2147483648 tokens a step" -- \
   "$zaya" bench step --preset tiny --batch 4000000000 --seq 4000000000
