@@ -55,10 +55,8 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
   const ModelDims& dims = model.params().dims();
   DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
   // The prompt in one pass (its weights read once, not once per token), only its last logits computed.
-  const int32_t* tokens = prompt.data();
-  const int64_t length = int64_t(prompt.size());
-  DecodeCache* caches = &cache;
-  const float* logits = model.prefill(&tokens, &length, &caches, 1, ZayaModel::PrefillLogits::Last);
+  const float* logits =
+      model.prefill(prompt.data(), int64_t(prompt.size()), cache, ZayaModel::PrefillLogits::Last);
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
   ThreadGovernor governor;  // decoding shares its machine, as training does
   std::vector<int32_t> out;

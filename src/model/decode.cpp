@@ -159,9 +159,10 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   return logits;
 }
 
-const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache) {
+const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache,
+                                PrefillLogits which) {
   DecodeCache* one = &cache;
-  return prefill(&tokens, &count, &one, 1, PrefillLogits::Every);
+  return prefill(&tokens, &count, &one, 1, which);
 }
 
 const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* lengths,

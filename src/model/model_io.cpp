@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -67,8 +68,9 @@ LoadedModel load_model(const std::string& dir) {
   // Checked before the store is allocated: a config asking for more than the files hold (65,536 layers, a
   // one-line edit of a small model's) fails at once instead of after allocating its size (6.5 GB, 8 s).
   const WeightSet weights(dir);
-  check_weights(dir, ParameterTable(dims), weights, model.config.tie_word_embeddings);
-  model.params = std::make_unique<ParameterStore>(dims);
+  ParameterTable table(dims);
+  check_weights(dir, table, weights, model.config.tie_word_embeddings);
+  model.params = std::make_unique<ParameterStore>(dims, std::move(table));
   copy_weights(weights, *model.params);
   return model;
 }

@@ -1,6 +1,7 @@
 #include "model/parameters.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -143,9 +144,12 @@ const ParamInfo& ParameterTable::at(std::string_view name) const {
 }
 
 ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts, MemoryResource& memory)
+    : ParameterStore(dims, ParameterTable(dims, experts), memory) {}
+
+ParameterStore::ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory)
     : memory_(memory),
       dims_(dims),
-      table_(dims, experts),
+      table_(std::move(table)),
       values_(size_t(table_.total_floats()) * sizeof(float), memory),
       grads_(size_t(table_.total_floats()) * sizeof(float), memory) {}
 

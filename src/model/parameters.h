@@ -87,6 +87,8 @@ class ParameterStore {
   // Values and gradients live in `memory` (a backend's: Ops::memory()).
   explicit ParameterStore(const ModelDims& dims, ExpertSlice experts = {},
                           MemoryResource& memory = host_memory());
+  // The same over a table already built for `dims` (load_model checks the files against it first).
+  ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory = host_memory());
 
   const ModelDims& dims() const { return dims_; }
   const ParameterTable& table() const { return table_; }

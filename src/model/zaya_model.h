@@ -107,15 +107,17 @@ class ZayaModel {
   // and returns their next tokens' logits [count, vocab]. Throws Error (before changing any cache) as
   // decode_step does.
   const float* decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count);
+  // Which logits a prefill returns: every position's (to score the prompt), or only the last position's (to
+  // start decoding; the head's product skips the others, 40% of the FLOPs of a 32-token prompt on medium).
+  enum class PrefillLogits { Every, Last };
   // A prompt through the full forward pass (in this model's precision) into an empty cache, which then
   // continues with decode_step as if the prompt had been fed to it token by token. Returns the logits of
-  // every position [count, vocab], valid until the next call.
-  const float* prefill(const int32_t* tokens, int64_t count, DecodeCache& cache);
+  // every position [count, vocab], or of the last [vocab], valid until the next call.
+  const float* prefill(const int32_t* tokens, int64_t count, DecodeCache& cache,
+                       PrefillLogits which = PrefillLogits::Every);
   // Several prompts in one pass (right-padded to the longest), each into its own empty cache: the weights are
   // read once for all of them. Every: logits [count, longest, vocab], prompt b's position t at row
-  // b * longest + t (to score the prompts). Last: only each prompt's last position, [count, vocab] (to start
-  // decoding; the head's product skips the other positions, 40% of the FLOPs of a 32-token prompt on medium).
-  enum class PrefillLogits { Every, Last };
+  // b * longest + t. Last: [count, vocab], each prompt's last position.
   const float* prefill(const int32_t* const* prompts, const int64_t* lengths, DecodeCache* const* caches,
                        int64_t count, PrefillLogits which = PrefillLogits::Every);
 

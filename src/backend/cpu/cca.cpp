@@ -49,25 +49,20 @@ template <int B>
 void grouped_conv_dots(const float* weight, int64_t depth, const float* taps, int64_t ld_taps, float bias,
                        float* out, int64_t ld_out) {
   constexpr int U = 8 / B;
-  auto load = [](const float* from) {
-    Float8 v;
-    std::memcpy(&v, from, sizeof v);
-    return v;
-  };
   Float8 sums[8] = {};  // [U, B]
   const int64_t unrolled_end = depth / (8 * U) * (8 * U), vector_end = depth / 8 * 8;
   for (int64_t p = 0; p < unrolled_end; p += 8 * U) {
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
-      const Float8 w = load(weight + p + 8 * u);
+      const Float8 w = load8(weight + p + 8 * u);
 #pragma GCC unroll 8
-      for (int b = 0; b < B; ++b) sums[u * B + b] += w * load(taps + b * ld_taps + p + 8 * u);
+      for (int b = 0; b < B; ++b) sums[u * B + b] += w * load8(taps + b * ld_taps + p + 8 * u);
     }
   }
   for (int64_t p = unrolled_end; p < vector_end; p += 8) {
-    const Float8 w = load(weight + p);
+    const Float8 w = load8(weight + p);
 #pragma GCC unroll 8
-    for (int b = 0; b < B; ++b) sums[b] += w * load(taps + b * ld_taps + p);
+    for (int b = 0; b < B; ++b) sums[b] += w * load8(taps + b * ld_taps + p);
   }
 #pragma GCC unroll 8
   for (int u = 1; u < U; ++u) {
