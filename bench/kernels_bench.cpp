@@ -119,6 +119,35 @@ BENCHMARK(BM_CcaConvDecode)
     ->ArgNames({"sequences", "weights"})
     ->Unit(benchmark::kMicrosecond);
 
+// Decoding's attention: B sequences, one new token each, against caches of `length` positions (`medium`: 8
+// query and 2 key-value heads of 128), one cache per sequence and layer in turn, as a decode step reads them.
+void BM_AttentionDecode(benchmark::State& state) {
+  const int64_t B = state.range(0), length = state.range(1), layers = 8, H = 8, KV = 2, D = 128;
+  const AttentionShape shape{B, 1, H, KV, D, 0};
+  std::vector<float> q = random_floats(size_t(B * H * D), 1), out(q.size());
+  std::vector<std::vector<float>> caches;  // [layers * B * 2]: each layer's keys and values of each sequence
+  std::vector<const float*> keys, values;  // [layers * B]
+  for (int64_t c = 0; c < layers * B; ++c) {
+    caches.push_back(random_floats(size_t(length * KV * D), uint64_t(2 + 2 * c)));
+    caches.push_back(random_floats(size_t(length * KV * D), uint64_t(3 + 2 * c)));
+  }
+  for (int64_t c = 0; c < layers * B; ++c) {
+    keys.push_back(caches[size_t(2 * c)].data());
+    values.push_back(caches[size_t(2 * c + 1)].data());
+  }
+  const std::vector<int64_t> lengths(size_t(B), length);
+  int64_t l = 0;
+  for (auto _ : state) {
+    cpu_ops().attention_decode(q.data(), keys.data() + l * B, values.data() + l * B, lengths.data(), shape,
+                               0.088f, out.data());
+    l = (l + 1) % layers;
+  }
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{1, 8}, {128, 2048}})
+    ->ArgNames({"sequences", "length"})
+    ->Unit(benchmark::kMicrosecond);
+
 // Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
 // backward, in f32 or bf16 products.
 void BM_Attention(benchmark::State& state) {

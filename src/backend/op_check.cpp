@@ -773,18 +773,27 @@ void attention_calls(const Sizes& s, std::vector<CallSpec>& calls) {
       });
     });
   }
-  // One new token against a cache of S positions (decode is f32 whatever the precision).
+  // One new token of each of B sequences against its own cache, of S positions or fewer (the lengths
+  // differ); decode is f32 whatever the precision.
   for (const int64_t window : windows) {
-    const AttentionShape one{1, s.S, s.heads, s.kv_heads, s.D, window};
+    const AttentionShape shape{s.B, 1, s.heads, s.kv_heads, s.D, window};
     add(calls, "attention_decode",
-        cat(layer(window), "q ", dims({s.heads, s.D}), ", cache ", dims({s.S, s.kv_heads, s.D})),
-        [s, one, scale](Call& c) {
-          const auto q = c.uniform("q", s.QD, 2.0f);            // [heads, D]
-          const auto keys = c.uniform("keys", s.S * s.KD);      // [S, KV, D]
-          const auto values = c.uniform("values", s.S * s.KD);  // [S, KV, D]
-          const auto out = c.output("out", s.QD);               // [heads, D]
+        cat(layer(window), "q ", dims({s.B, s.heads, s.D}), ", caches ", dims({s.B, s.S, s.kv_heads, s.D})),
+        [s, shape, scale](Call& c) {
+          const auto q = c.uniform("q", s.B * s.QD, 2.0f);      // [B, heads, D]
+          const auto keys = c.uniform("keys", s.T * s.KD);      // [B, S, KV, D]
+          const auto values = c.uniform("values", s.T * s.KD);  // [B, S, KV, D]
+          const auto out = c.output("out", s.B * s.QD);         // [B, heads, D]
           c.run([=](Ops& ops, const Placed& a) {
-            ops.attention_decode(a(q), a(keys), a(values), s.S, one, scale, a(out));
+            std::vector<const float*> key_caches, value_caches;  // [B]
+            std::vector<int64_t> lengths;                        // [B]
+            for (int64_t b = 0; b < s.B; ++b) {
+              key_caches.push_back(a(keys) + b * s.S * s.KD);
+              value_caches.push_back(a(values) + b * s.S * s.KD);
+              lengths.push_back(std::max<int64_t>(1, s.S - 3 * b));
+            }
+            ops.attention_decode(a(q), key_caches.data(), value_caches.data(), lengths.data(), shape, scale,
+                                 a(out));
           });
         });
   }

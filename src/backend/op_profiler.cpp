@@ -246,9 +246,10 @@ class OpProfiler::TimingOps final : public Ops {
       inner_.attention_backward(precision, q, k, v, key_mask, o, lse, dout, shape, scale, dq, dk, dv);
     });
   }
-  void attention_decode(const float* q, const float* keys, const float* values, int64_t length,
-                        const AttentionShape& shape, float scale, float* out) override {
-    time("attention_decode", [&] { inner_.attention_decode(q, keys, values, length, shape, scale, out); });
+  void attention_decode(const float* q, const float* const* keys, const float* const* values,
+                        const int64_t* lengths, const AttentionShape& shape, float scale,
+                        float* out) override {
+    time("attention_decode", [&] { inner_.attention_decode(q, keys, values, lengths, shape, scale, out); });
   }
 
   void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,

@@ -198,10 +198,13 @@ class Ops {
                                   const AttentionShape& shape, float scale, float* dq, float* dk,
                                   float* dv) = 0;
 
-  // One query position attending to a cache: q [heads, D], keys and values [length, kv_heads, D] (the
-  // query's own position last), the last `window` keys when window > 0. out [heads, D].
-  virtual void attention_decode(const float* q, const float* keys, const float* values, int64_t length,
-                                const AttentionShape& shape, float scale, float* out) = 0;
+  // One new position of each of shape.batch sequences attending to its own cache: q [batch, heads, D];
+  // keys[b] and values[b] [lengths[b], kv_heads, D] (the query's own position last), the last `window` keys
+  // when window > 0; out [batch, heads, D] (0 for an empty cache). keys, values and lengths are host arrays
+  // (of this backend's pointers); the caches are f32 whatever the precision.
+  virtual void attention_decode(const float* q, const float* const* keys, const float* const* values,
+                                const int64_t* lengths, const AttentionShape& shape, float scale,
+                                float* out) = 0;
 
   // ---- router and experts ----------------------------------------------------------------------
   // probs = softmax(logits) over routes (= experts + 1, the last is the skip route); choice = argmax of

@@ -66,13 +66,15 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   float* h = f(B * H);
   embed(rows, h);
   int32_t* choices = arena_.alloc<int32_t>(size_t(dims_.layers * B));
+  // [B]: each sequence's keys and values of the layer at hand, and how many with this token's.
+  std::vector<const float*> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
+  std::vector<int64_t> lengths(static_cast<size_t>(B));
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
     allocate_layer(a, rows, choices + l * B);
     const LayerWeights& w = w_.layers[size_t(l)];
     const LayerMatrices& m = m_.layers[size_t(l)];
     const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
-    const AttentionShape one_token{1, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
 
     ops_.rmsnorm_forward(h, w.input_norm, B, H, dims_.rms_eps, a.xn1, a.rstd1);
     ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
@@ -133,9 +135,12 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
       ops_.rope(a.k + i * KD, 1, 1, dims_.kv_heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
       std::copy(a.k + i * KD, a.k + (i + 1) * KD, state.keys.begin() + t * KD);
       std::copy(a.v + i * KD, a.v + (i + 1) * KD, state.values.begin() + t * KD);
-      ops_.attention_decode(a.q + i * QD, state.keys.data(), state.values.data(), t + 1, one_token,
-                            1.0f / std::sqrt(float(D)), a.o + i * QD);
+      keys[size_t(i)] = state.keys.data();
+      values[size_t(i)] = state.values.data();
+      lengths[size_t(i)] = t + 1;
     }
+    ops_.attention_decode(a.q, keys.data(), values.data(), lengths.data(), shape, 1.0f / std::sqrt(float(D)),
+                          a.o);
     ops_.gemm(precision_, Trans::No, Trans::Yes, B, H, QD, 1.0f, a.o, QD, m.o_proj, QD, 0.0f, a.attn, H);
     if (w.o_bias) ops_.add_bias(a.attn, B, H, H, w.o_bias);
 

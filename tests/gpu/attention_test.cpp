@@ -208,7 +208,8 @@ TEST_F(Attention, RejectsHeadsWiderThan128) {
                Error);
 }
 
-// Decode: f32 throughout, so only the sum order differs.
+// Decode: f32 throughout, so only the sum order differs. Three sequences with caches of different lengths
+// (one position only in the last).
 TEST_F(Attention, Decode) {
   struct DecodeCase {
     int64_t heads, kv_heads, head_dim, window, length;
@@ -216,15 +217,26 @@ TEST_F(Attention, Decode) {
   for (const DecodeCase c : {DecodeCase{4, 2, 32, 0, 37}, DecodeCase{4, 2, 32, 10, 37},
                              DecodeCase{2, 1, 128, 0, 300}, DecodeCase{3, 3, 40, 50, 7},
                              DecodeCase{2, 1, 100, 0, 9}}) {  // the CPU's 64-wide chunk and 8-wide tails
-    const AttentionShape shape{1, c.length, c.heads, c.kv_heads, c.head_dim, c.window};
+    const int64_t B = 3, cache = c.length * c.kv_heads * c.head_dim;
+    const AttentionShape shape{B, 1, c.heads, c.kv_heads, c.head_dim, c.window};
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
-    const auto q = random_values(size_t(c.heads * c.head_dim), 201, 3.0f);
-    const auto keys = random_values(size_t(c.length * c.kv_heads * c.head_dim), 202);
-    const auto values = random_values(size_t(c.length * c.kv_heads * c.head_dim), 203);
+    const std::vector<int64_t> lengths = {c.length, c.length / 2, 1};
+    const auto q = random_values(size_t(B * c.heads * c.head_dim), 201, 3.0f);
+    const auto keys = random_values(size_t(B * cache), 202);
+    const auto values = random_values(size_t(B * cache), 203);
     std::vector<float> out(q.size());
-    cpu().attention_decode(q.data(), keys.data(), values.data(), c.length, shape, scale, out.data());
     DeviceArray<float> gq(q), gkeys(keys), gvalues(values), gout(q.size());
-    gpu().attention_decode(gq.data(), gkeys.data(), gvalues.data(), c.length, shape, scale, gout.data());
+    std::vector<const float*> cpu_keys, cpu_values, gpu_keys, gpu_values;  // [B]
+    for (int64_t b = 0; b < B; ++b) {
+      cpu_keys.push_back(keys.data() + b * cache);
+      cpu_values.push_back(values.data() + b * cache);
+      gpu_keys.push_back(gkeys.data() + b * cache);
+      gpu_values.push_back(gvalues.data() + b * cache);
+    }
+    cpu().attention_decode(q.data(), cpu_keys.data(), cpu_values.data(), lengths.data(), shape, scale,
+                           out.data());
+    gpu().attention_decode(gq.data(), gpu_keys.data(), gpu_values.data(), lengths.data(), shape, scale,
+                           gout.data());
     EXPECT_TRUE(close(gout.host(), out, kF32Abs, kF32Rel))
         << "head_dim " << c.head_dim << ", window " << c.window;
   }

@@ -4,6 +4,7 @@
 // enough for rounding and tight enough to catch a wrong sign, a missing term or a wrong index).
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -329,6 +330,62 @@ TEST(OpsGradient, AttentionMatchesTheDefinition) {
       }
     }
   }
+}
+
+// Decoding's attention: each sequence's new position against its own cache is the last row of the full pass
+// over that sequence. Group sizes of 4 (heads taken 4 at a time), 3 (2, then 1) and 1, head sizes with and
+// without 8-wide tails; caches of 300, 41 and 1 positions; on 1, 2 and 7 threads (with 7, three sequences
+// split their keys in up to three ranges, some of them empty, and the ranges are merged).
+TEST(OpsGradient, AttentionDecodeIsTheFullPassLastRow) {
+  struct Case {
+    int64_t heads, kv_heads, head_dim;
+  };
+  const std::vector<int64_t> lengths = {300, 41, 1};
+  const int64_t B = int64_t(lengths.size()), threads_before = omp_get_max_threads();
+  for (const Case c : {Case{8, 2, 128}, Case{6, 2, 20}, Case{2, 2, 9}}) {
+    for (const int64_t window : {0, 5}) {
+      for (const int threads : {1, 2, 7}) {
+        omp_set_num_threads(threads);
+        const int64_t H = c.heads, KV = c.kv_heads, D = c.head_dim;
+        const float scale = 1.0f / std::sqrt(float(D));
+        Vec queries(size_t(B * H * D)), decoded(queries.size());  // [B, H, D]
+        std::vector<Vec> keys, values;                            // [B][length, KV, D]
+        std::vector<const float*> key_caches, value_caches;       // [B]
+        for (int64_t b = 0; b < B; ++b) {
+          keys.push_back(random_vec(size_t(lengths[b] * KV * D), uint64_t(10 + b)));
+          values.push_back(random_vec(size_t(lengths[b] * KV * D), uint64_t(20 + b)));
+        }
+        for (int64_t b = 0; b < B; ++b) {
+          key_caches.push_back(keys[size_t(b)].data());
+          value_caches.push_back(values[size_t(b)].data());
+        }
+        // The full pass over each sequence: its last row's query is the one decoded.
+        std::vector<Vec> full;  // [B][length, H, D]
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t S = lengths[b];
+          const Vec q = random_vec(size_t(S * H * D), uint64_t(30 + b), 2.0f);
+          std::copy(q.end() - H * D, q.end(), queries.begin() + b * H * D);
+          Vec o(q.size()), lse(size_t(H * S));
+          ops().attention_forward(Precision::F32, q.data(), keys[size_t(b)].data(), values[size_t(b)].data(),
+                                  nullptr, AttentionShape{1, S, H, KV, D, window}, scale, o.data(),
+                                  lse.data());
+          full.push_back(o);
+        }
+        ops().attention_decode(queries.data(), key_caches.data(), value_caches.data(), lengths.data(),
+                               AttentionShape{B, 1, H, KV, D, window}, scale, decoded.data());
+        for (int64_t b = 0; b < B; ++b) {
+          for (int64_t i = 0; i < H * D; ++i) {
+            const float want = full[size_t(b)][size_t((lengths[b] - 1) * H * D + i)];
+            // f32 sums in another order: a few ulp of the scores, through exp, on outputs of order 1.
+            EXPECT_NEAR(decoded[size_t(b * H * D + i)], want, 1e-5f * (1.0f + std::abs(want)))
+                << "heads " << H << "/" << KV << " of " << D << ", window " << window << ", " << threads
+                << " threads, sequence " << b << ", head " << i / D;
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(int(threads_before));
 }
 
 TEST(OpsGradient, RouteTop1ThroughTheGate) {

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#include <omp.h>
 
 #include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
@@ -274,72 +277,193 @@ void CpuOps::attention_backward(Precision precision, const float* q, const float
 
 namespace {
 
-// scores[j] = scale * q . keys[j * ld] for j < count, keys of D floats. Four keys at a time, so that four
-// sums are in flight: one sum's chain of dependent adds, 4 cycles each, was the loop's bound.
-void decode_scores(const float* q, const float* keys, int64_t ld, int64_t count, int64_t D, float scale,
-                   float* scores) {
+// Decoding reads a cache in order, both passes (the scores, then after the softmax the value sums) in blocks
+// of kDecodeKeys positions whose whole rows (every key-value head) are used before the next block, which is
+// prefetched meanwhile: the hardware prefetcher alone left the cores waiting on memory. A group's heads are
+// taken NQ at a time, so that each key or value vector loaded serves NQ queries.
+constexpr int64_t kDecodeKeys = 4;
+// A sequence's keys are split among threads when there are fewer sequences than threads, into ranges of at
+// least this many keys (each range's results are then merged by their log-sum-exp).
+constexpr int64_t kDecodeSplitKeys = 64;
+
+// scores[q * ld_scores + j] = scale * query[q] . keys[j * ld] for NQ queries (D floats apart) and j < count.
+// NK = 8 / NQ keys at a time: 8 sums in flight (a lone sum waits on each add), reduced together by lane_sums.
+template <int NQ>
+void decode_scores(const float* query, const float* keys, int64_t ld, int64_t count, int64_t D, float scale,
+                   float* scores, int64_t ld_scores) {
+  constexpr int NK = 8 / NQ;
   const int64_t vector_end = D / 8 * 8;
   int64_t j = 0;
-  for (; j + 4 <= count; j += 4) {
+  for (; j + NK <= count; j += NK) {
     const float* k = keys + j * ld;
-    Float8 sums[4] = {};
+    Float8 sums[8] = {};  // [NQ, NK]
     for (int64_t i = 0; i < vector_end; i += 8) {
-      const Float8 query = load8(q + i);
-      for (int r = 0; r < 4; ++r) sums[r] += query * load8(k + r * ld + i);
+      for (int q = 0; q < NQ; ++q) {
+        const Float8 x = load8(query + q * D + i);
+        for (int r = 0; r < NK; ++r) sums[q * NK + r] += x * load8(k + r * ld + i);
+      }
     }
-    for (int r = 0; r < 4; ++r) {
-      float dot = horizontal_sum(sums[r]);
-      for (int64_t i = vector_end; i < D; ++i) dot += q[i] * k[r * ld + i];
-      scores[j + r] = scale * dot;
+    const Float8 dots = lane_sums(sums);
+    for (int q = 0; q < NQ; ++q) {
+      for (int r = 0; r < NK; ++r) {
+        float dot = dots[q * NK + r];
+        for (int64_t i = vector_end; i < D; ++i) dot += query[q * D + i] * k[r * ld + i];
+        scores[q * ld_scores + j + r] = scale * dot;
+      }
     }
   }
   for (; j < count; ++j) {
     const float* k = keys + j * ld;
-    float dot = 0;
+    for (int q = 0; q < NQ; ++q) {
+      float dot = 0;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t i = 0; i < D; ++i) dot += q[i] * k[i];
-    scores[j] = scale * dot;
+      for (int64_t i = 0; i < D; ++i) dot += query[q * D + i] * k[i];
+      scores[q * ld_scores + j] = scale * dot;
+    }
   }
 }
 
-// out[D] = sum over j < count of weights[j] * values[j * ld], 64 dimensions at a time so that the sums stay
-// in registers across the keys instead of being loaded and stored for each one.
-void decode_weighted_sum(const float* weights, const float* values, int64_t ld, int64_t count, int64_t D,
-                         float* out) {
-  constexpr int64_t kChunk = 64;
+// out[q * D + i] += sum over j < count of weights[q * ld_weights + j] * values[j * ld + i] for NQ heads. The
+// dimensions are swept 64 / NQ at a time, so that the NQ x (8 / NQ) vector sums stay in registers across the
+// keys.
+template <int NQ>
+void decode_weighted_sum(const float* weights, int64_t ld_weights, const float* values, int64_t ld,
+                         int64_t count, int64_t D, float* out) {
+  constexpr int64_t kVectors = 8 / NQ, kChunk = 8 * kVectors;
   int64_t i0 = 0;
   for (; i0 + kChunk <= D; i0 += kChunk) {
-    Float8 sums[kChunk / 8] = {};
+    Float8 sums[NQ][kVectors];
+    for (int q = 0; q < NQ; ++q)
+      for (int64_t c = 0; c < kVectors; ++c) sums[q][c] = load8(out + q * D + i0 + 8 * c);
     for (int64_t j = 0; j < count; ++j) {
-      const float* v = values + j * ld + i0;
-      const Float8 w = splat(weights[j]);
-      for (int64_t c = 0; c < kChunk / 8; ++c) sums[c] += w * load8(v + 8 * c);
+      Float8 value[kVectors];
+      for (int64_t c = 0; c < kVectors; ++c) value[c] = load8(values + j * ld + i0 + 8 * c);
+      for (int q = 0; q < NQ; ++q) {
+        const Float8 w = splat(weights[q * ld_weights + j]);
+        for (int64_t c = 0; c < kVectors; ++c) sums[q][c] += w * value[c];
+      }
     }
-    std::memcpy(out + i0, sums, sizeof sums);
+    for (int q = 0; q < NQ; ++q)
+      for (int64_t c = 0; c < kVectors; ++c) store8(out + q * D + i0 + 8 * c, sums[q][c]);
   }
-  if (i0 == D) return;
-  std::fill(out + i0, out + D, 0.0f);
   for (int64_t j = 0; j < count; ++j) {
-    const float* v = values + j * ld;
-    for (int64_t i = i0; i < D; ++i) out[i] += weights[j] * v[i];
+    for (int q = 0; q < NQ; ++q) {
+      const float w = weights[q * ld_weights + j];
+      for (int64_t i = i0; i < D; ++i) out[q * D + i] += w * values[j * ld + i];
+    }
+  }
+}
+
+// kernel(h, NQ) over a group's heads [first, end), 4, 2 or 1 at a time.
+template <class Kernel>
+void in_head_passes(int64_t first, int64_t end, Kernel&& kernel) {
+  for (int64_t h = first; h < end;) {
+    if (end - h >= 4) {
+      kernel(h, std::integral_constant<int, 4>{});
+      h += 4;
+    } else if (end - h >= 2) {
+      kernel(h, std::integral_constant<int, 2>{});
+      h += 2;
+    } else {
+      kernel(h, std::integral_constant<int, 1>{});
+      h += 1;
+    }
+  }
+}
+
+void prefetch_rows(const float* rows, int64_t count, int64_t row_floats) {
+  for (int64_t i = 0; i < count * row_floats; i += 16) __builtin_prefetch(rows + i);
+}
+
+// One query position's heads (q [H, D]) attending to the cache rows [k0, k1) (keys and values [*, KV, D]):
+// out [H, D] the values weighted by exp(score - max[h]), and max and sum [H] of each head's scores and
+// weights (max -inf, sum 0 and out 0 for an empty range). scores [H, k1 - k0] is scratch.
+void decode_range(const float* q, const float* keys, const float* values, int64_t k0, int64_t k1,
+                  const AttentionShape& shape, float scale, float* scores, float* out, float* max,
+                  float* sum) {
+  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, groups = H / KV, width = k1 - k0;
+  const int64_t row = KV * D;
+  for (int64_t j0 = k0; j0 < k1; j0 += kDecodeKeys) {
+    const int64_t count = std::min(kDecodeKeys, k1 - j0);
+    prefetch_rows(keys + (j0 + count) * row, std::min(kDecodeKeys, k1 - j0 - count), row);
+    for (int64_t g = 0; g < KV; ++g) {
+      in_head_passes(g * groups, (g + 1) * groups, [&](int64_t h, auto nq) {
+        decode_scores<decltype(nq)::value>(q + h * D, keys + j0 * row + g * D, row, count, D, scale,
+                                           scores + h * width + (j0 - k0), width);
+      });
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    float* head_scores = scores + h * width;
+    max[h] = row_max(head_scores, width);
+    sum[h] = width > 0 ? exp_shifted(head_scores, width, max[h], 1.0f, head_scores) : 0.0f;
+  }
+  std::fill(out, out + H * D, 0.0f);
+  for (int64_t j0 = k0; j0 < k1; j0 += kDecodeKeys) {
+    const int64_t count = std::min(kDecodeKeys, k1 - j0);
+    prefetch_rows(values + (j0 + count) * row, std::min(kDecodeKeys, k1 - j0 - count), row);
+    for (int64_t g = 0; g < KV; ++g) {
+      in_head_passes(g * groups, (g + 1) * groups, [&](int64_t h, auto nq) {
+        decode_weighted_sum<decltype(nq)::value>(scores + h * width + (j0 - k0), width,
+                                                 values + j0 * row + g * D, row, count, D, out + h * D);
+      });
+    }
   }
 }
 
 }  // namespace
 
-void CpuOps::attention_decode(const float* q, const float* keys, const float* values, int64_t length,
-                              const AttentionShape& shape, float scale, float* out) {
-  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, groups = H / KV;
-  const int64_t first = shape.window > 0 ? std::max<int64_t>(0, length - shape.window) : 0,
-                width = length - first;
+void CpuOps::attention_decode(const float* q, const float* const* keys, const float* const* values,
+                              const int64_t* lengths, const AttentionShape& shape, float scale, float* out) {
+  const int64_t B = shape.batch, H = shape.heads, D = shape.head_dim;
+  const auto first_key = [&](int64_t b) {
+    return shape.window > 0 ? std::max<int64_t>(0, lengths[b] - shape.window) : 0;
+  };
+  int64_t widest = 0;
+  for (int64_t b = 0; b < B; ++b) widest = std::max(widest, lengths[b] - first_key(b));
+  const int64_t threads = omp_get_max_threads();
+  const int64_t splits =
+      B >= threads ? 1 : std::clamp<int64_t>(widest / kDecodeSplitKeys, 1, (threads + B - 1) / B);
+  // [B, splits, H] each key range's score max and weight sum, and [B, splits, H, D] its weighted values where
+  // a sequence's keys are split (out itself where not).
+  const int64_t ranges = B * splits;
+  float* range_max = thread_scratch(size_t(ranges * H), 2);
+  float* range_sum = thread_scratch(size_t(ranges * H), 3);
+  float* range_out = splits > 1 ? thread_scratch(size_t(ranges * H * D), 4) : out;
 #pragma omp parallel for schedule(static)
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t g = h / groups;
-    float* scores = thread_scratch(size_t(width), 0);
-    decode_scores(q + h * D, keys + (first * KV + g) * D, KV * D, width, D, scale, scores);
-    const float sum = exp_shifted(scores, width, row_max(scores, width), 1.0f, scores);
-    for (int64_t j = 0; j < width; ++j) scores[j] /= sum;
-    decode_weighted_sum(scores, values + (first * KV + g) * D, KV * D, width, D, out + h * D);
+  for (int64_t range = 0; range < ranges; ++range) {
+    const int64_t b = range / splits, split = range % splits, first = first_key(b),
+                  width = lengths[b] - first;
+    const int64_t k0 = first + width * split / splits, k1 = first + width * (split + 1) / splits;
+    float* sum = range_sum + range * H;
+    float* o = range_out + range * H * D;
+    decode_range(q + b * H * D, keys[b], values[b], k0, k1, shape, scale,
+                 thread_scratch(size_t(H * (k1 - k0)), 0), o, range_max + range * H, sum);
+    if (splits > 1) continue;
+    for (int64_t h = 0; h < H; ++h) {
+      const float inverse = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;  // an empty cache attends to nothing: 0
+      for (int64_t i = 0; i < D; ++i) o[h * D + i] *= inverse;
+    }
+  }
+  if (splits == 1) return;
+  // Each head's ranges merged: their sums rescaled to the largest max.
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float largest = -std::numeric_limits<float>::infinity(), total = 0.0f;
+      for (int64_t split = 0; split < splits; ++split)
+        largest = std::max(largest, range_max[(b * splits + split) * H + h]);
+      float* o = out + (b * H + h) * D;
+      std::fill(o, o + D, 0.0f);
+      for (int64_t split = 0; split < splits; ++split) {
+        const int64_t at = (b * splits + split) * H + h;
+        if (range_sum[at] == 0.0f) continue;  // an empty range
+        const float weight = vexp(range_max[at] - largest);
+        total += weight * range_sum[at];
+        for (int64_t i = 0; i < D; ++i) o[i] += weight * range_out[at * D + i];
+      }
+      const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+      for (int64_t i = 0; i < D; ++i) o[i] *= inverse;
+    }
   }
 }
 

@@ -1,7 +1,6 @@
 // The CCA-specific ops: the q-k mean skip, the two causal convolutions over time, L2 normalisation with
 // the key temperature, and partial rotary embeddings.
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -29,16 +28,6 @@ void split_taps(const float* g_weight, int64_t channels, int64_t head_dim, int64
         taps[(a * channels + c) * head_dim + i] = g_weight[(c * head_dim + i) * k1 + a];
     }
   }
-}
-
-// Lane v of the result: the sum of v[v]'s 8 lanes (two rounds of pairwise adds within 128-bit halves, then
-// the halves added), where 8 separate horizontal sums would cost as much as the dot products.
-inline Float8 lane_sums(const Float8 (&v)[8]) {
-  const __m256 ab =
-      _mm256_hadd_ps(_mm256_hadd_ps(__m256(v[0]), __m256(v[1])), _mm256_hadd_ps(__m256(v[2]), __m256(v[3])));
-  const __m256 cd =
-      _mm256_hadd_ps(_mm256_hadd_ps(__m256(v[4]), __m256(v[5])), _mm256_hadd_ps(__m256(v[6]), __m256(v[7])));
-  return Float8(_mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31)));
 }
 
 // out[b * ld_out] = bias + weight . taps row b for B taps rows (row stride ld_taps) of `depth` floats: each

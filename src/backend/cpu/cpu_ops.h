@@ -84,8 +84,9 @@ class CpuOps final : public Ops {
                           const float* key_mask, const float* o, const float* lse, const float* dout,
                           const AttentionShape& shape, float scale, float* dq, float* dk, float* dv) override;
 
-  void attention_decode(const float* q, const float* keys, const float* values, int64_t length,
-                        const AttentionShape& shape, float scale, float* out) override;
+  void attention_decode(const float* q, const float* const* keys, const float* const* values,
+                        const int64_t* lengths, const AttentionShape& shape, float scale,
+                        float* out) override;
   void route_top1(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
                   int32_t* choice, float* gate, float* lse) override;
   void router_statistics(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,

@@ -3,7 +3,10 @@
 // libm's expf is a call the compiler will not vectorise without -ffast-math). Cephes' single-precision
 // scheme: x = n ln2 + r, a degree-6 polynomial for e^r, 2^n through the exponent bits. Relative error
 // below 2 ulp; exp(x) = 0 below -87.3 (so exp(-inf) = 0, as softmax needs); above 88.37 it saturates at
-// exp(88.37) ~ 2.4e38.
+// exp(88.37) ~ 2.4e38. Also the small reductions the kernels share (row max, lane sums: the one AVX
+// intrinsic here).
+
+#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
@@ -75,6 +78,16 @@ inline float horizontal_max(Float8 v) {
   float max = v[0];
   for (int i = 1; i < 8; ++i) max = v[i] > max ? v[i] : max;
   return max;
+}
+
+// Lane v of the result: the sum of v[v]'s 8 lanes (two rounds of pairwise adds within 128-bit halves, then
+// the halves added), where 8 separate horizontal sums would cost as much as the dot products.
+inline Float8 lane_sums(const Float8 (&v)[8]) {
+  const __m256 ab =
+      _mm256_hadd_ps(_mm256_hadd_ps(__m256(v[0]), __m256(v[1])), _mm256_hadd_ps(__m256(v[2]), __m256(v[3])));
+  const __m256 cd =
+      _mm256_hadd_ps(_mm256_hadd_ps(__m256(v[4]), __m256(v[5])), _mm256_hadd_ps(__m256(v[6]), __m256(v[7])));
+  return Float8(_mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31)));
 }
 
 // max of x[0..n): -inf for n = 0.

@@ -22,6 +22,8 @@
 // ones) and the backward's P and dS before the products that read them. Masks, softmax and every row
 // statistic stay f32.
 
+#include <algorithm>
+
 #include "backend/gpu/gpu_ops.h"
 #include "backend/gpu/kernel_util.h"
 #include "core/error.h"
@@ -522,15 +524,21 @@ void GpuOps::attention_backward(Precision precision, const float* q, const float
   }
 }
 
-void GpuOps::attention_decode(const float* q, const float* keys, const float* values, int64_t length,
-                              const AttentionShape& shape, float scale, float* out) {
+void GpuOps::attention_decode(const float* q, const float* const* keys, const float* const* values,
+                              const int64_t* lengths, const AttentionShape& shape, float scale, float* out) {
   const Problem p = make_problem(Precision::F32, nullptr, shape, scale, "attention_decode");
-  const int64_t first = shape.window > 0 && length > shape.window ? length - shape.window : 0;
-  const int64_t width = length > first ? length - first : 0;
-  float* scores = scratch(size_t(p.heads * width) * sizeof(float));  // [H, width]
-  gpu::launch("attention_decode", attention_decode_kernel, {unsigned(p.heads)}, {kDecodeThreads}, 0,
-              gpu::as_stream(stream_), q, keys, values, first, width, p.heads, p.kv_heads, p.dim, scale,
-              scores, out);
+  int64_t widest = 0;
+  for (int64_t b = 0; b < shape.batch; ++b) widest = std::max(widest, lengths[b]);
+  float* scores = scratch(size_t(p.heads * widest) * sizeof(float));  // [H, width]
+  // A launch per sequence (the caches' pointers are the host's): in stream order, so they share `scores`.
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t first = shape.window > 0 && lengths[b] > shape.window ? lengths[b] - shape.window : 0;
+    const int64_t width = lengths[b] > first ? lengths[b] - first : 0;
+    const int64_t at = b * p.heads * p.dim;
+    gpu::launch("attention_decode", attention_decode_kernel, {unsigned(p.heads)}, {kDecodeThreads}, 0,
+                gpu::as_stream(stream_), q + at, keys[b], values[b], first, width, p.heads, p.kv_heads, p.dim,
+                scale, scores, out + at);
+  }
 }
 
 }  // namespace zaya
