@@ -69,6 +69,8 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   // [B]: each sequence's keys and values of the layer at hand, and how many with this token's.
   std::vector<const float*> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
   std::vector<int64_t> lengths(static_cast<size_t>(B));
+  std::vector<int64_t> positions(static_cast<size_t>(B));  // [B]: this token's in each sequence
+  for (int64_t i = 0; i < B; ++i) positions[size_t(i)] = caches[i]->length;
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
     allocate_layer(a, rows, choices + l * B);
@@ -126,13 +128,14 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
 
     ops_.l2norm_forward(a.q_pre, B, dims_.heads, D, nullptr, a.q, a.q_norms);
     ops_.l2norm_forward(a.k_pre, B, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);
+    // The B rows as one sequence of B positions, each at its own sequence's position.
+    float *cos, *sin;
+    rope_rows(l, positions.data(), B, cos, sin);
+    ops_.rope(a.q, 1, B, dims_.heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
+    ops_.rope(a.k, 1, B, dims_.kv_heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
     for (int64_t i = 0; i < B; ++i) {
       DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
       const int64_t t = caches[i]->length;
-      float *cos, *sin;
-      rope_rows(l, t, 1, cos, sin);
-      ops_.rope(a.q + i * QD, 1, 1, dims_.heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
-      ops_.rope(a.k + i * KD, 1, 1, dims_.kv_heads, D, dims_.layer[size_t(l)].rotary_dim, cos, sin, false);
       std::copy(a.k + i * KD, a.k + (i + 1) * KD, state.keys.begin() + t * KD);
       std::copy(a.v + i * KD, a.v + (i + 1) * KD, state.values.begin() + t * KD);
       keys[size_t(i)] = state.keys.data();

@@ -235,7 +235,7 @@ void ZayaModel::embed(const Batch& batch, float* out) {
                          w_.input_scale, out);
 }
 
-void ZayaModel::rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin) {
+void ZayaModel::rope_rows(int64_t layer, const int64_t* positions, int64_t count, float*& cos, float*& sin) {
   const LayerDims& dims = dims_.layer[size_t(layer)];
   const int64_t half = dims.rotary_dim / 2;
   staging_.resize(size_t(2 * count * half));  // [count, half] cos, then sin; its capacity is kept
@@ -245,7 +245,7 @@ void ZayaModel::rope_rows(int64_t layer, int64_t first, int64_t count, float*& c
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
     for (int64_t s = 0; s < count; ++s) {
-      const float angle = float(first + s) * inv_freq;
+      const float angle = float(positions ? positions[s] : s) * inv_freq;
       host_cos[s * half + i] = std::cos(angle);
       host_sin[s * half + i] = std::sin(angle);
     }
@@ -258,7 +258,7 @@ void ZayaModel::rope_tables(const Batch& batch) {
   rope_cos_.assign(size_t(dims_.layers), nullptr);
   rope_sin_.assign(size_t(dims_.layers), nullptr);
   for (int64_t l = 0; l < dims_.layers; ++l)
-    rope_rows(l, 0, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
+    rope_rows(l, nullptr, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
 }
 
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,

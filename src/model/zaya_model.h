@@ -150,8 +150,9 @@ class ZayaModel {
   int64_t layer_sums() const { return 2 * dims_.routes() + 2; }
   int64_t layer_sums_offset(int64_t layer) const { return 1 + layer * layer_sums(); }
   double* layer_step_sums(int64_t layer) { return step_sums_.as<double>() + layer_sums_offset(layer); }
-  // cos and sin of one layer's rotary embedding for positions [first, first + count) into arena memory.
-  void rope_rows(int64_t layer, int64_t first, int64_t count, float*& cos, float*& sin);
+  // cos and sin [count, rotary_dim / 2] of one layer's rotary embedding at the given positions (null: 0 to
+  // count - 1), into arena memory.
+  void rope_rows(int64_t layer, const int64_t* positions, int64_t count, float*& cos, float*& sin);
   void embed(const Batch& batch, float* out);
   void attention_forward(int layer, const Batch& batch, LayerActivations& a);
   void attention_backward(int layer, const Batch& batch, LayerActivations& a, float* d_attn, float* d_x);

@@ -529,7 +529,7 @@ void GpuOps::attention_decode(const float* q, const float* const* keys, const fl
   const Problem p = make_problem(Precision::F32, nullptr, shape, scale, "attention_decode");
   int64_t widest = 0;
   for (int64_t b = 0; b < shape.batch; ++b) widest = std::max(widest, lengths[b]);
-  float* scores = scratch(size_t(p.heads * widest) * sizeof(float));  // [H, width]
+  float* scores = scratch(size_t(p.heads * widest) * sizeof(float));  // [H, widest]
   // A launch per sequence (the caches' pointers are the host's): in stream order, so they share `scores`.
   for (int64_t b = 0; b < shape.batch; ++b) {
     const int64_t first = shape.window > 0 && lengths[b] > shape.window ? lengths[b] - shape.window : 0;
