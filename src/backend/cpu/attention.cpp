@@ -286,17 +286,18 @@ constexpr int64_t kDecodeKeys = 4;
 // least this many keys (each range's results are then merged by their log-sum-exp).
 constexpr int64_t kDecodeSplitKeys = 64;
 
-// scores[q * ld_scores + j] = scale * query[q] . keys[j * ld] for NQ queries (D floats apart) and j < count.
-// NK = 8 / NQ keys at a time: 8 sums in flight (a lone sum waits on each add), reduced together by lane_sums.
+// scores[q * ld_scores + j] = scale * query[q] . keys[j * ld] for NQ queries (D floats apart) and j < count
+// (at most kDecodeKeys). NK keys at a time, so that NQ * NK sums (8, or 4 for one query) are in flight (a
+// lone sum waits on each add), reduced together by lane_sums.
 template <int NQ>
 void decode_scores(const float* query, const float* keys, int64_t ld, int64_t count, int64_t D, float scale,
                    float* scores, int64_t ld_scores) {
-  constexpr int NK = 8 / NQ;
+  constexpr int NK = std::min<int>(8 / NQ, kDecodeKeys);
   const int64_t vector_end = D / 8 * 8;
   int64_t j = 0;
   for (; j + NK <= count; j += NK) {
     const float* k = keys + j * ld;
-    Float8 sums[8] = {};  // [NQ, NK]
+    Float8 sums[8] = {};  // [NQ, NK], the rest 0
     for (int64_t i = 0; i < vector_end; i += 8) {
       for (int q = 0; q < NQ; ++q) {
         const Float8 x = load8(query + q * D + i);
