@@ -16,6 +16,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "model/zaya_model.h"
+#include "serve/decode_engine.h"
 #include "serve/http_server.h"
 
 namespace zaya::cli {
@@ -48,6 +49,7 @@ void run_serve(ServeArgs args) {
   if (options.model_name.empty()) options.model_name = args.model;
   HttpServer server(model, loaded.tokenizer, options);
   const int port = server.bind();
+  warm_up(model, {options.max_running, options.max_queued});
   std::thread stopper([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);

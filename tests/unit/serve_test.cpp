@@ -273,6 +273,34 @@ TEST(DecodeEngine, SequencesDecodedTogetherGetTheTokensTheyGetAlone) {
   EXPECT_GT(engine.counters().decode_steps.load(), 0);
 }
 
+// The warm-up before a server's first request runs the model on prompts of its own: the tokens and
+// log-probabilities a request then gets are those it gets from a model never warmed.
+TEST(DecodeEngine, WarmUpChangesNoAnswer) {
+  TinyModel cold, warmed;
+  warm_up(warmed.model, {8, 16});
+  warm_up(warmed.model, {1, 16});
+  const int64_t vocab = cold.params.dims().vocab;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 5 + 20 * i; ++t) prompt.push_back(int32_t((11 * i + 17 * t + 3) % vocab));
+    SamplingOptions options;
+    options.max_new_tokens = 12;
+    options.temperature = i ? 0.8 : 0.0;
+    options.top_p = 1.0;
+    options.seed = uint64_t(7 + i);
+    EXPECT_EQ(generate(warmed.model, prompt, options), generate(cold.model, prompt, options))
+        << "prompt " << i;
+    DecodeCache cold_cache = make_decode_cache(cold.params.dims(), int64_t(prompt.size()));
+    DecodeCache warmed_cache = make_decode_cache(warmed.params.dims(), int64_t(prompt.size()));
+    const float* cold_logits = cold.model.prefill(prompt.data(), int64_t(prompt.size()), cold_cache,
+                                                  ZayaModel::PrefillLogits::Every);
+    const std::vector<float> want(cold_logits, cold_logits + prompt.size() * size_t(vocab));
+    const float* warmed_logits = warmed.model.prefill(prompt.data(), int64_t(prompt.size()), warmed_cache,
+                                                      ZayaModel::PrefillLogits::Every);
+    EXPECT_EQ(std::vector<float>(warmed_logits, warmed_logits + want.size()), want) << "prompt " << i;
+  }
+}
+
 TEST(DecodeEngine, ScoresPromptsCancelsAndKeepsDeadlinesAndItsQueueLimit) {
   TinyModel tiny;
   DecodeEngine engine(tiny.model, {2, 3});
