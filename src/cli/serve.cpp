@@ -49,7 +49,7 @@ void run_serve(ServeArgs args) {
   if (options.model_name.empty()) options.model_name = args.model;
   HttpServer server(model, loaded.tokenizer, options);
   const int port = server.bind();
-  warm_up(model, {options.max_running, options.max_queued});
+  warm_up(model, {options.max_running, options.max_queued}, options.context);
   std::thread stopper([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);

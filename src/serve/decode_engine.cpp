@@ -35,21 +35,23 @@ struct DecodeEngine::Running {
 
 DecodeEngine::DecodeEngine(ZayaModel& model, EngineLimits limits) : model_(model), limits_(limits) {}
 
-void warm_up(ZayaModel& model, const EngineLimits& limits) {
-  constexpr int64_t kPromptTokens = 32, kMostSequences = 8;
+void warm_up(ZayaModel& model, const EngineLimits& limits, int64_t context) {
+  constexpr int64_t kMostSequences = 8;
+  const int64_t prompt_tokens = std::min<int64_t>(32, context - 1);  // and the decode step's token
+  if (prompt_tokens < 1) return;
   const ModelDims& dims = model.params().dims();
   for (const int64_t count : {int64_t(1), std::min(limits.max_running, kMostSequences)}) {
-    // [count, kPromptTokens] ids spread over the vocabulary, so that the tokens take many routes.
-    std::vector<int32_t> ids(size_t(count * kPromptTokens));
+    // [count, prompt_tokens] ids spread over the vocabulary, so that the tokens take many routes.
+    std::vector<int32_t> ids(size_t(count * prompt_tokens));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 104729 + 13) % uint64_t(dims.vocab));
     std::vector<DecodeCache> caches;
     std::vector<DecodeCache*> pointers;
     std::vector<const int32_t*> prompts;
-    const std::vector<int64_t> lengths(size_t(count), kPromptTokens);
-    for (int64_t b = 0; b < count; ++b) caches.push_back(make_decode_cache(dims, kPromptTokens + 1));
+    const std::vector<int64_t> lengths(size_t(count), prompt_tokens);
+    for (int64_t b = 0; b < count; ++b) caches.push_back(make_decode_cache(dims, prompt_tokens + 1));
     for (int64_t b = 0; b < count; ++b) {
       pointers.push_back(&caches[size_t(b)]);
-      prompts.push_back(ids.data() + b * kPromptTokens);
+      prompts.push_back(ids.data() + b * prompt_tokens);
     }
     model.prefill(prompts.data(), lengths.data(), pointers.data(), count, ZayaModel::PrefillLogits::Last);
     model.decode_batch(ids.data(), pointers.data(), count);

@@ -87,10 +87,11 @@ struct EngineCounters {
 };
 
 // Runs once, before the first request, what the first requests would: a prefill of one short prompt and one
-// of up to 8 together, each followed by a decode step. The first pass of a shape creates its products'
-// oneDNN primitives and grows the arenas: 8 requests arriving together after a start waited 786 ms for their
-// first token, the next 8 146-168 ms (medium, bf16, 2 threads). On the thread that will run the engine.
-void warm_up(ZayaModel& model, const EngineLimits& limits);
+// of up to 8 together, each followed by a decode step, all within the model's context (tokens). The first
+// pass of a shape creates its products' oneDNN primitives and grows the arenas: 8 requests arriving together
+// after a start waited 786 ms for their first token, the next 8 146-168 ms (medium, bf16, 2 threads). On the
+// thread that will run the engine.
+void warm_up(ZayaModel& model, const EngineLimits& limits, int64_t context);
 
 class DecodeEngine {
  public:

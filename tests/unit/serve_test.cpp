@@ -274,11 +274,13 @@ TEST(DecodeEngine, SequencesDecodedTogetherGetTheTokensTheyGetAlone) {
 }
 
 // The warm-up before a server's first request runs the model on prompts of its own: the tokens and
-// log-probabilities a request then gets are those it gets from a model never warmed.
+// log-probabilities a request then gets are those it gets from a model never warmed. (A context of 8 makes
+// its prompts 7 tokens; of 1, it has no room for one and does nothing.)
 TEST(DecodeEngine, WarmUpChangesNoAnswer) {
   TinyModel cold, warmed;
-  warm_up(warmed.model, {8, 16});
-  warm_up(warmed.model, {1, 16});
+  warm_up(warmed.model, {8, 16}, 4096);
+  warm_up(warmed.model, {1, 16}, 8);
+  warm_up(warmed.model, {8, 16}, 1);
   const int64_t vocab = cold.params.dims().vocab;
   for (int i = 0; i < 2; ++i) {
     std::vector<int32_t> prompt;
