@@ -418,9 +418,7 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
     // An f32 weight is rounded first, so that it gives the bits its bf16 copy gives (the model passes bf16
     // copies; this serves callers that do not).
     thread_local std::vector<BFloat16> weights;  // [n, k]
-    weights.resize(size_t(n * k));
-    for (int64_t j = 0; j < n; ++j)
-      round_to_bf16(static_cast<const float*>(b.data) + j * ldb, k, weights.data() + j * k);
+    pack_bf16(b, n, k, ldb, n, k, weights);
     few_rows_product(m, n, k, alpha, a, lda, weights.data(), k, beta, c, ldc);
     return;
   }
