@@ -125,15 +125,13 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int64_t B = state.range(0), length = state.range(1), layers = 8, H = 8, KV = 2, D = 128;
   const AttentionShape shape{B, 1, H, KV, D, 0};
   std::vector<float> q = random_floats(size_t(B * H * D), 1), out(q.size());
-  std::vector<std::vector<float>> caches;  // [layers * B * 2]: each layer's keys and values of each sequence
-  std::vector<const float*> keys, values;  // [layers * B]
+  std::vector<std::vector<float>> key_caches, value_caches;  // [layers * B]: each layer's of each sequence
+  std::vector<const float*> keys, values;                    // [layers * B]
   for (int64_t c = 0; c < layers * B; ++c) {
-    caches.push_back(random_floats(size_t(length * KV * D), uint64_t(2 + 2 * c)));
-    caches.push_back(random_floats(size_t(length * KV * D), uint64_t(3 + 2 * c)));
-  }
-  for (int64_t c = 0; c < layers * B; ++c) {
-    keys.push_back(caches[size_t(2 * c)].data());
-    values.push_back(caches[size_t(2 * c + 1)].data());
+    key_caches.push_back(random_floats(size_t(length * KV * D), uint64_t(2 + 2 * c)));
+    value_caches.push_back(random_floats(size_t(length * KV * D), uint64_t(3 + 2 * c)));
+    keys.push_back(key_caches.back().data());  // the buffer stays where it is when the outer vector grows
+    values.push_back(value_caches.back().data());
   }
   const std::vector<int64_t> lengths(size_t(B), length);
   int64_t l = 0;

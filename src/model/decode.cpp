@@ -66,11 +66,14 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   float* h = f(B * H);
   embed(rows, h);
   int32_t* choices = arena_.alloc<int32_t>(size_t(dims_.layers * B));
-  // [B]: each sequence's keys and values of the layer at hand, and how many with this token's.
+  // [B]: this token's position in each sequence, and the keys it attends to (its own included).
+  std::vector<int64_t> positions(static_cast<size_t>(B)), lengths(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) {
+    positions[size_t(i)] = caches[i]->length;
+    lengths[size_t(i)] = caches[i]->length + 1;
+  }
+  // [B]: each sequence's cached keys and values of the layer at hand.
   std::vector<const float*> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
-  std::vector<int64_t> lengths(static_cast<size_t>(B));
-  std::vector<int64_t> positions(static_cast<size_t>(B));  // [B]: this token's in each sequence
-  for (int64_t i = 0; i < B; ++i) positions[size_t(i)] = caches[i]->length;
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
     allocate_layer(a, rows, choices + l * B);
@@ -140,7 +143,6 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
       std::copy(a.v + i * KD, a.v + (i + 1) * KD, state.values.begin() + t * KD);
       keys[size_t(i)] = state.keys.data();
       values[size_t(i)] = state.values.data();
-      lengths[size_t(i)] = t + 1;
     }
     ops_.attention_decode(a.q, keys.data(), values.data(), lengths.data(), shape, 1.0f / std::sqrt(float(D)),
                           a.o);

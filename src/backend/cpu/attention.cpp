@@ -372,8 +372,26 @@ void in_head_passes(int64_t first, int64_t end, Kernel&& kernel) {
   }
 }
 
-void prefetch_rows(const float* rows, int64_t count, int64_t row_floats) {
-  for (int64_t i = 0; i < count * row_floats; i += 16) __builtin_prefetch(rows + i);
+// kernel(j0, count, g, h, NQ) for the blocks [j0, j0 + count) of the cache rows [k0, k1) (the next block's
+// rows prefetched first), and in each block for every group g's heads from h, NQ of them (see
+// in_head_passes).
+template <class Kernel>
+void over_blocks(const float* rows, int64_t k0, int64_t k1, const AttentionShape& shape, Kernel&& kernel) {
+  const int64_t KV = shape.kv_heads, groups = shape.heads / KV, row = KV * shape.head_dim;
+  for (int64_t j0 = k0; j0 < k1; j0 += kDecodeKeys) {
+    const int64_t count = std::min(kDecodeKeys, k1 - j0);
+    const float* next = rows + (j0 + count) * row;
+    for (int64_t i = 0; i < std::min(kDecodeKeys, k1 - j0 - count) * row; i += 16)
+      __builtin_prefetch(next + i);
+    for (int64_t g = 0; g < KV; ++g)
+      in_head_passes(g * groups, (g + 1) * groups, [&](int64_t h, auto nq) { kernel(j0, count, g, h, nq); });
+  }
+}
+
+// out[i] /= sum for i < D, or 0 where the sum is 0 (nothing attended to).
+void divide_by_sum(float* out, int64_t D, float sum) {
+  const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int64_t i = 0; i < D; ++i) out[i] *= inverse;
 }
 
 // One query position's heads (q [H, D]) attending to the cache rows [k0, k1) (keys and values [*, KV, D]):
@@ -382,34 +400,21 @@ void prefetch_rows(const float* rows, int64_t count, int64_t row_floats) {
 void decode_range(const float* q, const float* keys, const float* values, int64_t k0, int64_t k1,
                   const AttentionShape& shape, float scale, float* scores, float* out, float* max,
                   float* sum) {
-  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, groups = H / KV, width = k1 - k0;
-  const int64_t row = KV * D;
-  for (int64_t j0 = k0; j0 < k1; j0 += kDecodeKeys) {
-    const int64_t count = std::min(kDecodeKeys, k1 - j0);
-    prefetch_rows(keys + (j0 + count) * row, std::min(kDecodeKeys, k1 - j0 - count), row);
-    for (int64_t g = 0; g < KV; ++g) {
-      in_head_passes(g * groups, (g + 1) * groups, [&](int64_t h, auto nq) {
-        decode_scores<decltype(nq)::value>(q + h * D, keys + j0 * row + g * D, row, count, D, scale,
-                                           scores + h * width + (j0 - k0), width);
-      });
-    }
-  }
+  const int64_t H = shape.heads, D = shape.head_dim, width = k1 - k0, row = shape.kv_heads * D;
+  over_blocks(keys, k0, k1, shape, [&](int64_t j0, int64_t count, int64_t g, int64_t h, auto nq) {
+    decode_scores<decltype(nq)::value>(q + h * D, keys + j0 * row + g * D, row, count, D, scale,
+                                       scores + h * width + (j0 - k0), width);
+  });
   for (int64_t h = 0; h < H; ++h) {
     float* head_scores = scores + h * width;
     max[h] = row_max(head_scores, width);
     sum[h] = width > 0 ? exp_shifted(head_scores, width, max[h], 1.0f, head_scores) : 0.0f;
   }
   std::fill(out, out + H * D, 0.0f);
-  for (int64_t j0 = k0; j0 < k1; j0 += kDecodeKeys) {
-    const int64_t count = std::min(kDecodeKeys, k1 - j0);
-    prefetch_rows(values + (j0 + count) * row, std::min(kDecodeKeys, k1 - j0 - count), row);
-    for (int64_t g = 0; g < KV; ++g) {
-      in_head_passes(g * groups, (g + 1) * groups, [&](int64_t h, auto nq) {
-        decode_weighted_sum<decltype(nq)::value>(scores + h * width + (j0 - k0), width,
-                                                 values + j0 * row + g * D, row, count, D, out + h * D);
-      });
-    }
-  }
+  over_blocks(values, k0, k1, shape, [&](int64_t j0, int64_t count, int64_t g, int64_t h, auto nq) {
+    decode_weighted_sum<decltype(nq)::value>(scores + h * width + (j0 - k0), width, values + j0 * row + g * D,
+                                             row, count, D, out + h * D);
+  });
 }
 
 }  // namespace
@@ -441,10 +446,7 @@ void CpuOps::attention_decode(const float* q, const float* const* keys, const fl
     decode_range(q + b * H * D, keys[b], values[b], k0, k1, shape, scale,
                  thread_scratch(size_t(H * (k1 - k0)), 0), o, range_max + range * H, sum);
     if (splits > 1) continue;
-    for (int64_t h = 0; h < H; ++h) {
-      const float inverse = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;  // an empty cache attends to nothing: 0
-      for (int64_t i = 0; i < D; ++i) o[h * D + i] *= inverse;
-    }
+    for (int64_t h = 0; h < H; ++h) divide_by_sum(o + h * D, D, sum[h]);
   }
   if (splits == 1) return;
   // Each head's ranges merged: their sums rescaled to the largest max.
@@ -462,8 +464,7 @@ void CpuOps::attention_decode(const float* q, const float* const* keys, const fl
         total += weight * range_sum[at];
         for (int64_t i = 0; i < D; ++i) o[i] += weight * range_out[at * D + i];
       }
-      const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
-      for (int64_t i = 0; i < D; ++i) o[i] *= inverse;
+      divide_by_sum(o, D, total);
     }
   }
 }
