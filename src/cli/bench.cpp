@@ -291,30 +291,37 @@ void run_decode_bench(const DecodeArgs& args) {
   const ModelDims& dims = model.params->dims();
   const Precision precision = resolve_precision(args.precision, ops, "--precision");
   ZayaModel zaya(*model.params, ops, precision);
-  const int64_t sizes[2] = {1, args.batch};
+  // One sequence, and the batch beside it unless the batch is one sequence too.
+  const std::vector<int64_t> sizes =
+      args.batch == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, args.batch};
   std::vector<double> rates[2];
   for (int run = -1; run < args.runs; ++run) {
-    for (int which = 0; which < 2; ++which) {
-      const int64_t count = sizes[run % 2 == 0 ? which : 1 - which];  // the order flips every run
-      const double seconds = time_decode(zaya, dims, args, count, uint64_t(run + 1));
-      if (run >= 0) rates[count == 1 ? 0 : 1].push_back(double(count * args.new_tokens) / seconds);
+    for (size_t which = 0; which < sizes.size(); ++which) {
+      const size_t index = run % 2 == 0 ? which : sizes.size() - 1 - which;  // the order flips every run
+      const double seconds = time_decode(zaya, dims, args, sizes[index], uint64_t(run + 1));
+      if (run >= 0) rates[index].push_back(double(sizes[index] * args.new_tokens) / seconds);
     }
   }
-  const double single = median(rates[0]), batched = median(rates[1]);
   std::printf("%s: prompts of %lld tokens, %lld new tokens each, %d threads, %s\n",
               args.source.describe().c_str(), (long long)args.prompt, (long long)args.new_tokens,
               num_threads(), describe_precision(args.precision, precision).c_str());
-  std::printf(
-      "decode, medians of %d alternated runs: 1 sequence %.1f tokens/s, %lld sequences %.1f tokens/s "
-      "(%.2fx)\n",
-      args.runs, single, (long long)args.batch, batched, batched / single);
+  const double single = median(rates[0]);
+  if (sizes.size() == 1) {
+    std::printf("decode, median of %d runs: 1 sequence %.1f tokens/s\n", args.runs, single);
+  } else {
+    const double batched = median(rates[1]);
+    std::printf(
+        "decode, medians of %d alternated runs: 1 sequence %.1f tokens/s, %lld sequences %.1f tokens/s "
+        "(%.2fx)\n",
+        args.runs, single, (long long)args.batch, batched, batched / single);
+  }
   if (!args.profile) return;
   OpProfiler profiler(ops);
   ZayaModel profiled(*model.params, profiler.ops(), precision);
   time_decode(profiled, dims, args, args.batch, 0);  // sizes the arenas
   const double seconds = time_decode(profiled, dims, args, args.batch, 0, &profiler);
-  std::printf("%lld sequences, %lld decode steps profiled (their sums):\n", (long long)args.batch,
-              (long long)args.new_tokens);
+  std::printf("%lld sequence%s, %lld decode steps profiled (their sums):\n", (long long)args.batch,
+              args.batch == 1 ? "" : "s", (long long)args.new_tokens);
   print_profile({seconds, profiler.times()});
 }
 

@@ -76,6 +76,8 @@ check "bench decode: one sequence and a batch, side by side" 0 "tokens/s, 3 sequ
   "$zaya" bench decode --preset tiny --batch 3 --prompt 5 --new-tokens 4 --runs 1
 check "bench decode --profile: where a decode step's time goes" 0 "attention_decode" -- \
   "$zaya" bench decode --preset tiny --batch 2 --prompt 5 --new-tokens 4 --runs 1 --profile
+check "bench decode --batch 1: the one sequence alone, profiled" 0 "1 sequence, 4 decode steps profiled" -- \
+  "$zaya" bench decode --preset tiny --batch 1 --prompt 5 --new-tokens 4 --runs 1 --profile
 check "bench decode with no new tokens, in a few words" 2 "--new-tokens: must be positive" -- \
   "$zaya" bench decode --preset tiny --new-tokens 0
 check "bench decode past the model's context" 1 "more than the model's context" -- \
