@@ -281,25 +281,33 @@ TEST(OpsGradient, RopeInverseIsTheTranspose) {
   }
 }
 
+// Groups of 2 query heads in one block of 7 positions, and groups of 8 in blocks of 16 positions (the CPU
+// stacks at most 128 rows of a group's heads: 37 positions are blocks of 16, 16 and 5).
 TEST(OpsGradient, AttentionWithWindowsAndPadding) {
-  for (int64_t window : {0, 3}) {
-    const AttentionShape shape{2, 7, 4, 2, 5, window};
-    const int64_t qn = 2 * 7 * 4 * 5, kn = 2 * 7 * 2 * 5;
-    Vec q = random_vec(qn, 1), k = random_vec(kn, 2), v = random_vec(kn, 3), r = random_vec(qn, 4);
-    Vec mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0};
-    Vec o(qn), lse(2 * 4 * 7), dq(qn), dk(kn), dv(kn);
-    auto loss = [&] {
-      ops().attention_forward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), shape, 0.4f,
-                              o.data(), lse.data());
-      return dot(o, r);
-    };
-    loss();
-    ops().attention_backward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(),
-                             r.data(), shape, 0.4f, dq.data(), dk.data(), dv.data());
-    SCOPED_TRACE(testing::Message() << "window " << window);
-    expect_gradient("q", q, dq, loss);
-    expect_gradient("k", k, dk, loss);
-    expect_gradient("v", v, dv, loss);
+  struct Case {
+    int64_t seq, heads, kv_heads, head_dim;
+  };
+  for (const Case c : {Case{7, 4, 2, 5}, Case{37, 16, 2, 3}}) {
+    for (int64_t window : {int64_t(0), c.seq / 2}) {
+      const AttentionShape shape{2, c.seq, c.heads, c.kv_heads, c.head_dim, window};
+      const int64_t qn = 2 * c.seq * c.heads * c.head_dim, kn = 2 * c.seq * c.kv_heads * c.head_dim;
+      Vec q = random_vec(qn, 1), k = random_vec(kn, 2), v = random_vec(kn, 3), r = random_vec(qn, 4);
+      Vec mask(size_t(2 * c.seq), 1.0f);
+      mask[1] = mask[size_t(c.seq + c.seq - 1)] = 0;  // padded keys: one early, one last
+      Vec o(qn), lse(2 * c.heads * c.seq), dq(qn), dk(kn), dv(kn);
+      auto loss = [&] {
+        ops().attention_forward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), shape, 0.4f,
+                                o.data(), lse.data());
+        return dot(o, r);
+      };
+      loss();
+      ops().attention_backward(Precision::F32, q.data(), k.data(), v.data(), mask.data(), o.data(),
+                               lse.data(), r.data(), shape, 0.4f, dq.data(), dk.data(), dv.data());
+      SCOPED_TRACE(testing::Message() << c.heads << " heads over " << c.kv_heads << ", window " << window);
+      expect_gradient("q", q, dq, loss);
+      expect_gradient("k", k, dk, loss);
+      expect_gradient("v", v, dv, loss);
+    }
   }
 }
 
