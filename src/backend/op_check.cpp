@@ -633,7 +633,8 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     });
   });
   const int64_t dw_rows = s.B * (s.S + s.k1 - 1);  // the depthwise output's positions
-  const std::string conv = cat(dims({s.B, s.S, s.C}), ", kernels ", s.k0, " and ", s.k1);
+  const std::string conv = cat(dims({s.B, s.S, s.C}), ", kernels ", s.k0, " and ", s.k1,
+                               s.precision == Precision::BF16 ? ", bf16" : "");
   add(calls, "cca_conv_forward", conv, [s, shape, dw_rows](Call& c) {
     const auto x = c.uniform("x", s.T * s.C);                              // [B, S, C]
     const auto dw_weight = c.uniform("dw_weight", s.C * s.k0);             // [C, 1, k0]
@@ -645,8 +646,8 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     const auto scratch =
         c.scratch("scratch", [=](Ops& ops) { return ops.cca_conv_scratch(shape, s.k0, s.k1); });
     c.run([=](Ops& ops, const Placed& a) {
-      ops.cca_conv_forward(a(x), shape, s.k0, s.k1, a(dw_weight), a(dw_bias), a(g_weight), a(g_bias), a(dw),
-                           a(out), a(scratch));
+      ops.cca_conv_forward(s.precision, a(x), shape, s.k0, s.k1, a(dw_weight), a(dw_bias), a(g_weight),
+                           a(g_bias), a(dw), a(out), a(scratch));
     });
   });
   add(calls, "cca_conv_backward", conv, [s, shape, dw_rows](Call& c) {
@@ -667,12 +668,12 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     const auto scratch =
         c.scratch("scratch", [=](Ops& ops) { return ops.cca_conv_scratch(shape, s.k0, s.k1); });
     c.prepare([=](Ops& ops, const Placed& a) {
-      ops.cca_conv_forward(a(x), shape, s.k0, s.k1, a(dw_weight), a(dw_bias), a(g_weight), a(g_bias), a(dw),
-                           a(out), a(scratch));
+      ops.cca_conv_forward(s.precision, a(x), shape, s.k0, s.k1, a(dw_weight), a(dw_bias), a(g_weight),
+                           a(g_bias), a(dw), a(out), a(scratch));
     });
     c.run([=](Ops& ops, const Placed& a) {
-      ops.cca_conv_backward(a(x), a(dw), a(dout), shape, s.k0, s.k1, a(dw_weight), a(g_weight), a(dx),
-                            a(d_dw_weight), a(d_dw_bias), a(d_g_weight), a(d_g_bias), a(scratch));
+      ops.cca_conv_backward(s.precision, a(x), a(dw), a(dout), shape, s.k0, s.k1, a(dw_weight), a(g_weight),
+                            a(dx), a(d_dw_weight), a(d_dw_bias), a(d_g_weight), a(d_g_bias), a(scratch));
     });
   });
   const int64_t window_rows = (s.k0 - 1) + (s.k1 - 1) + 1;

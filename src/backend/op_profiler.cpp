@@ -193,20 +193,21 @@ class OpProfiler::TimingOps final : public Ops {
                         const AttentionShape& shape, float* dqk) override {
     time("qk_mean_backward", [&] { inner_.qk_mean_backward(dq_res, dk_res, tokens, ld, shape, dqk); });
   }
-  void cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                        const float* dw_weight, const float* dw_bias, const float* g_weight,
+  void cca_conv_forward(Precision precision, const float* x, const AttentionShape& shape, int64_t k0,
+                        int64_t k1, const float* dw_weight, const float* dw_bias, const float* g_weight,
                         const float* g_bias, float* dw, float* out, float* scratch) override {
     time("cca_conv_forward", [&] {
-      inner_.cca_conv_forward(x, shape, k0, k1, dw_weight, dw_bias, g_weight, g_bias, dw, out, scratch);
+      inner_.cca_conv_forward(precision, x, shape, k0, k1, dw_weight, dw_bias, g_weight, g_bias, dw, out,
+                              scratch);
     });
   }
-  void cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
-                         int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
-                         float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
-                         float* scratch) override {
+  void cca_conv_backward(Precision precision, const float* x, const float* dw, const float* dout,
+                         const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
+                         const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
+                         float* d_g_weight, float* d_g_bias, float* scratch) override {
     time("cca_conv_backward", [&] {
-      inner_.cca_conv_backward(x, dw, dout, shape, k0, k1, dw_weight, g_weight, dx, d_dw_weight, d_dw_bias,
-                               d_g_weight, d_g_bias, scratch);
+      inner_.cca_conv_backward(precision, x, dw, dout, shape, k0, k1, dw_weight, g_weight, dx, d_dw_weight,
+                               d_dw_bias, d_g_weight, d_g_bias, scratch);
     });
   }
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override {

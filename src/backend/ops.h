@@ -157,11 +157,14 @@ class Ops {
   // on the left ((k0 - 1) + (k1 - 1) positions), so the depthwise output dw has seq + k1 - 1 positions
   // per sequence [batch, seq + k1 - 1, channels] and is kept for backward. Weights as torch's Conv1d:
   // depthwise [channels, 1, k0], grouped [channels, head_dim, k1]. scratch holds cca_conv_scratch floats.
-  virtual void cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                                const float* dw_weight, const float* dw_bias, const float* g_weight,
-                                const float* g_bias, float* dw, float* out, float* scratch) = 0;
+  // The grouped convolution's products run in `precision` (bf16: its inputs, the depthwise output and the
+  // output gradient rounded, with f32 sums); the depthwise convolution is f32 either way.
+  virtual void cca_conv_forward(Precision precision, const float* x, const AttentionShape& shape, int64_t k0,
+                                int64_t k1, const float* dw_weight, const float* dw_bias,
+                                const float* g_weight, const float* g_bias, float* dw, float* out,
+                                float* scratch) = 0;
   // dx overwritten; the four parameter gradients accumulate.
-  virtual void cca_conv_backward(const float* x, const float* dw, const float* dout,
+  virtual void cca_conv_backward(Precision precision, const float* x, const float* dw, const float* dout,
                                  const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
                                  const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
                                  float* d_g_weight, float* d_g_bias, float* scratch) = 0;

@@ -39,8 +39,8 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   float* conv = scratch_.alloc<float>(size_t(T * C));
   float* conv_scratch =
       scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1)));
-  ops_.cca_conv_forward(a.qk0, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight, w.conv_dw_bias,
-                        w.conv_g_weight, w.conv_g_bias, a.dw, conv, conv_scratch);
+  ops_.cca_conv_forward(precision_, a.qk0, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                        w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, a.dw, conv, conv_scratch);
   ops_.copy_rows(a.q_res, QD, T, QD, a.q_pre, QD, false);
   ops_.copy_rows(conv, C, T, QD, a.q_pre, QD, true);
   ops_.copy_rows(a.k_res, KD, T, KD, a.k_pre, KD, false);
@@ -116,9 +116,9 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   ops_.copy_rows(d_k_pre, KD, T, KD, d_conv + QD, C, false);
   float* d_qk0 = f(T * C);
   float* conv_scratch = f(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1));
-  ops_.cca_conv_backward(a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                         w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias, g.conv_g_weight,
-                         g.conv_g_bias, conv_scratch);
+  ops_.cca_conv_backward(precision_, a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1,
+                         w.conv_dw_weight, w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias,
+                         g.conv_g_weight, g.conv_g_bias, conv_scratch);
   ops_.qk_mean_backward(d_q_pre, d_k_pre, T, C, shape, d_qk0);
 
   // Values: the delayed half at position s came from x_{s-1}.

@@ -51,66 +51,74 @@ void PrintTo(const ConvCase& c, std::ostream* os) {
 
 class GpuCcaConv : public GpuOpsTest, public testing::WithParamInterface<ConvCase> {};
 
+// In bf16 both sides round the same operands (the depthwise output, the taps, the output gradient) and sum
+// the exact products in f32: the bounds are the f32 ones.
 TEST_P(GpuCcaConv, ForwardAndBackwardMatchTheCpu) {
   const ConvCase c = GetParam();
-  const AttentionShape shape{c.batch, c.seq, 4, 2, c.head_dim, 0};
-  const int64_t channels = (shape.heads + shape.kv_heads) * c.head_dim, dw_len = c.seq + c.k1 - 1;
-  const size_t x_size = size_t(c.batch * c.seq * channels), dw_size = size_t(c.batch * dw_len * channels);
-  const size_t dw_weight_size = size_t(channels * c.k0), g_weight_size = size_t(channels * c.head_dim * c.k1);
-  const auto x = random_values(x_size, 10), dw_weight = random_values(dw_weight_size, 11),
-             dw_bias = random_values(size_t(channels), 12),
-             g_weight = random_values(g_weight_size, 13, 0.25f), g_bias = random_values(size_t(channels), 14);
-  std::vector<float> dw(dw_size), out(x_size);
-  std::vector<float> cpu_scratch(size_t(cpu().cca_conv_scratch(shape, c.k0, c.k1)));
-  DeviceArray<float> gx(x), gdw_weight(dw_weight), gdw_bias(dw_bias), gg_weight(g_weight), gg_bias(g_bias),
-      gdw(dw_size), gout(x_size), gscratch(size_t(gpu().cca_conv_scratch(shape, c.k0, c.k1)));
-  cpu().cca_conv_forward(x.data(), shape, c.k0, c.k1, dw_weight.data(), dw_bias.data(), g_weight.data(),
-                         g_bias.data(), dw.data(), out.data(), cpu_scratch.data());
-  gpu().cca_conv_forward(gx.data(), shape, c.k0, c.k1, gdw_weight.data(), gdw_bias.data(), gg_weight.data(),
-                         gg_bias.data(), gdw.data(), gout.data(), gscratch.data());
-  // The depthwise output is the CPU's sum in the CPU's order (up to fused multiply-adds); the grouped one
-  // sums head_dim * k1 <= 80 products of values near 1 in another order than oneDNN's: a few f32 ulps.
-  EXPECT_TRUE(close(gdw.host(), dw, 1e-6, 1e-6));
-  EXPECT_TRUE(close(gout.host(), out, 1e-5, 1e-5));
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    SCOPED_TRACE(precision == Precision::BF16 ? "bf16" : "f32");
+    const AttentionShape shape{c.batch, c.seq, 4, 2, c.head_dim, 0};
+    const int64_t channels = (shape.heads + shape.kv_heads) * c.head_dim, dw_len = c.seq + c.k1 - 1;
+    const size_t x_size = size_t(c.batch * c.seq * channels), dw_size = size_t(c.batch * dw_len * channels);
+    const size_t dw_weight_size = size_t(channels * c.k0),
+                 g_weight_size = size_t(channels * c.head_dim * c.k1);
+    const auto x = random_values(x_size, 10), dw_weight = random_values(dw_weight_size, 11),
+               dw_bias = random_values(size_t(channels), 12),
+               g_weight = random_values(g_weight_size, 13, 0.25f),
+               g_bias = random_values(size_t(channels), 14);
+    std::vector<float> dw(dw_size), out(x_size);
+    std::vector<float> cpu_scratch(size_t(cpu().cca_conv_scratch(shape, c.k0, c.k1)));
+    DeviceArray<float> gx(x), gdw_weight(dw_weight), gdw_bias(dw_bias), gg_weight(g_weight), gg_bias(g_bias),
+        gdw(dw_size), gout(x_size), gscratch(size_t(gpu().cca_conv_scratch(shape, c.k0, c.k1)));
+    cpu().cca_conv_forward(precision, x.data(), shape, c.k0, c.k1, dw_weight.data(), dw_bias.data(),
+                           g_weight.data(), g_bias.data(), dw.data(), out.data(), cpu_scratch.data());
+    gpu().cca_conv_forward(precision, gx.data(), shape, c.k0, c.k1, gdw_weight.data(), gdw_bias.data(),
+                           gg_weight.data(), gg_bias.data(), gdw.data(), gout.data(), gscratch.data());
+    // The depthwise output is the CPU's sum in the CPU's order (up to fused multiply-adds); the grouped one
+    // sums head_dim * k1 <= 80 products of values near 1 in another order than oneDNN's: a few f32 ulps.
+    EXPECT_TRUE(close(gdw.host(), dw, 1e-6, 1e-6));
+    EXPECT_TRUE(close(gout.host(), out, 1e-5, 1e-5));
 
-  // dx is overwritten (it starts from garbage); the four parameter gradients accumulate onto random values.
-  const auto dout = random_values(x_size, 15);
-  std::vector<float> dx = random_values(x_size, 16), d_dw_weight = random_values(dw_weight_size, 17),
-                     d_dw_bias = random_values(size_t(channels), 18),
-                     d_g_weight = random_values(g_weight_size, 19),
-                     d_g_bias = random_values(size_t(channels), 20);
-  DeviceArray<float> gdout(dout), gdx(dx), gd_dw_weight(d_dw_weight), gd_dw_bias(d_dw_bias),
-      gd_g_weight(d_g_weight), gd_g_bias(d_g_bias);
-  cpu().cca_conv_backward(x.data(), dw.data(), dout.data(), shape, c.k0, c.k1, dw_weight.data(),
-                          g_weight.data(), dx.data(), d_dw_weight.data(), d_dw_bias.data(), d_g_weight.data(),
-                          d_g_bias.data(), cpu_scratch.data());
-  gpu().cca_conv_backward(gx.data(), gdw.data(), gdout.data(), shape, c.k0, c.k1, gdw_weight.data(),
-                          gg_weight.data(), gdx.data(), gd_dw_weight.data(), gd_dw_bias.data(),
-                          gd_g_weight.data(), gd_g_bias.data(), gscratch.data());
-  // dx sums head_dim * k1 products, then k0 more, in an order other than the CPU's (as the forward). The
-  // parameter gradients sum over up to batch * (seq + k1 - 1) = 304 tokens of terms up to ~10 (dw is a
-  // bias plus k0 products), partial sums reaching ~100: their order differs from the CPU's, so the bound is
-  // a few ulps of those partial sums (1e-4 absolute), plus 1e-5 relative.
-  EXPECT_TRUE(close(gdx.host(), dx, 1e-5, 1e-5));
-  EXPECT_TRUE(close(gd_g_bias.host(), d_g_bias, 1e-4, 1e-5));
-  EXPECT_TRUE(close(gd_g_weight.host(), d_g_weight, 1e-4, 1e-5));
-  EXPECT_TRUE(close(gd_dw_bias.host(), d_dw_bias, 1e-4, 1e-5));
-  EXPECT_TRUE(close(gd_dw_weight.host(), d_dw_weight, 1e-4, 1e-5));
+    // dx is overwritten (it starts from garbage); the four parameter gradients accumulate onto random values.
+    const auto dout = random_values(x_size, 15);
+    std::vector<float> dx = random_values(x_size, 16), d_dw_weight = random_values(dw_weight_size, 17),
+                       d_dw_bias = random_values(size_t(channels), 18),
+                       d_g_weight = random_values(g_weight_size, 19),
+                       d_g_bias = random_values(size_t(channels), 20);
+    DeviceArray<float> gdout(dout), gdx(dx), gd_dw_weight(d_dw_weight), gd_dw_bias(d_dw_bias),
+        gd_g_weight(d_g_weight), gd_g_bias(d_g_bias);
+    cpu().cca_conv_backward(precision, x.data(), dw.data(), dout.data(), shape, c.k0, c.k1, dw_weight.data(),
+                            g_weight.data(), dx.data(), d_dw_weight.data(), d_dw_bias.data(),
+                            d_g_weight.data(), d_g_bias.data(), cpu_scratch.data());
+    gpu().cca_conv_backward(precision, gx.data(), gdw.data(), gdout.data(), shape, c.k0, c.k1,
+                            gdw_weight.data(), gg_weight.data(), gdx.data(), gd_dw_weight.data(),
+                            gd_dw_bias.data(), gd_g_weight.data(), gd_g_bias.data(), gscratch.data());
+    // dx sums head_dim * k1 products, then k0 more, in an order other than the CPU's (as the forward). The
+    // parameter gradients sum over up to batch * (seq + k1 - 1) = 304 tokens of terms up to ~10 (dw is a
+    // bias plus k0 products), partial sums reaching ~100: their order differs from the CPU's, so the bound is
+    // a few ulps of those partial sums (1e-4 absolute), plus 1e-5 relative.
+    EXPECT_TRUE(close(gdx.host(), dx, 1e-5, 1e-5));
+    EXPECT_TRUE(close(gd_g_bias.host(), d_g_bias, 1e-4, 1e-5));
+    EXPECT_TRUE(close(gd_g_weight.host(), d_g_weight, 1e-4, 1e-5));
+    EXPECT_TRUE(close(gd_dw_bias.host(), d_dw_bias, 1e-4, 1e-5));
+    EXPECT_TRUE(close(gd_dw_weight.host(), d_dw_weight, 1e-4, 1e-5));
 
-  // The same inputs give the same bits (what a GPU run checks): every sum over tokens has a fixed order.
-  std::vector<float> runs[2][4];
-  for (auto& run : runs) {
-    DeviceArray<float> again_dx(x_size), again_dw_weight(dw_weight_size), again_dw_bias{size_t(channels)},
-        again_g_weight(g_weight_size), again_g_bias{size_t(channels)};
-    gpu().cca_conv_backward(gx.data(), gdw.data(), gdout.data(), shape, c.k0, c.k1, gdw_weight.data(),
-                            gg_weight.data(), again_dx.data(), again_dw_weight.data(), again_dw_bias.data(),
-                            again_g_weight.data(), again_g_bias.data(), gscratch.data());
-    run[0] = again_dw_weight.host();
-    run[1] = again_dw_bias.host();
-    run[2] = again_g_weight.host();
-    run[3] = again_g_bias.host();
+    // The same inputs give the same bits (what a GPU run checks): every sum over tokens has a fixed order.
+    std::vector<float> runs[2][4];
+    for (auto& run : runs) {
+      DeviceArray<float> again_dx(x_size), again_dw_weight(dw_weight_size), again_dw_bias{size_t(channels)},
+          again_g_weight(g_weight_size), again_g_bias{size_t(channels)};
+      gpu().cca_conv_backward(precision, gx.data(), gdw.data(), gdout.data(), shape, c.k0, c.k1,
+                              gdw_weight.data(), gg_weight.data(), again_dx.data(), again_dw_weight.data(),
+                              again_dw_bias.data(), again_g_weight.data(), again_g_bias.data(),
+                              gscratch.data());
+      run[0] = again_dw_weight.host();
+      run[1] = again_dw_bias.host();
+      run[2] = again_g_weight.host();
+      run[3] = again_g_bias.host();
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(runs[0][i], runs[1][i], 0, 0)) << "gradient " << i;
   }
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(runs[0][i], runs[1][i], 0, 0)) << "gradient " << i;
 }
 
 // Decoding's convolution: `batch` windows of (k0 - 1) + (k1 - 1) + 1 latest inputs, one output each.

@@ -314,6 +314,149 @@ TEST_F(Bf16Attention, ForwardAndBackwardStayWithinTheRoundingBounds) {
   }
 }
 
+// The convolution in bf16 against exact (double) sums over the same f32 inputs, element by element. The
+// depthwise convolution is f32 in both precisions: its output dw is bit-identical. The grouped one rounds
+// its inputs (dw, the taps, the output gradient): a sum of terms a b with magnitude M = sum |a b| moves by
+// at most (2u + u^2) M, plus (terms + 2) 2^-24 M of f32 accumulation. The depthwise backward sums the
+// grouped input gradient d_dw in f32, so each of its terms carries d_dw's bound times its other factor.
+TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
+  constexpr int64_t B = 2, S = 37, H = 4, KV = 2, D = 16, K0 = 3, K1 = 2;
+  constexpr int64_t C = (H + KV) * D, pad = (K0 - 1) + (K1 - 1), L = S + K1 - 1;  // L: dw's positions
+  const AttentionShape shape{B, S, H, KV, D, 0};
+  const std::vector<float> x = random_matrix(B * S * C, 31), dw_weight = random_matrix(C * K0, 32),
+                           dw_bias = random_matrix(C, 33), g_weight = random_matrix(C * D * K1, 34),
+                           g_bias = random_matrix(C, 35), dout = random_matrix(B * S * C, 36);
+  std::vector<float> scratch(size_t(cpu_ops().cca_conv_scratch(shape, K0, K1)));
+  std::vector<float> dw(size_t(B * L * C)), dw16(dw.size()), out(size_t(B * S * C)), out16(out.size());
+  cpu_ops().cca_conv_forward(Precision::F32, x.data(), shape, K0, K1, dw_weight.data(), dw_bias.data(),
+                             g_weight.data(), g_bias.data(), dw.data(), out.data(), scratch.data());
+  cpu_ops().cca_conv_forward(Precision::BF16, x.data(), shape, K0, K1, dw_weight.data(), dw_bias.data(),
+                             g_weight.data(), g_bias.data(), dw16.data(), out16.data(), scratch.data());
+  ASSERT_EQ(std::memcmp(dw.data(), dw16.data(), dw.size() * sizeof(float)), 0);
+  std::vector<float> dx(x.size()), d_dw_weight(dw_weight.size()), d_dw_bias(static_cast<size_t>(C)),
+      d_g_weight(g_weight.size()), d_g_bias(static_cast<size_t>(C));
+  cpu_ops().cca_conv_backward(Precision::BF16, x.data(), dw.data(), dout.data(), shape, K0, K1,
+                              dw_weight.data(), g_weight.data(), dx.data(), d_dw_weight.data(),
+                              d_dw_bias.data(), d_g_weight.data(), d_g_bias.data(), scratch.data());
+
+  const double rounding = 2 * kUnit + kUnit * kUnit;
+  auto slack = [](int64_t terms, double magnitude) {
+    return double(terms + 2) * std::ldexp(1.0, -24) * magnitude;
+  };
+  // out[b, t, c] = bias + sum over taps a and inputs i of c's group of dw[b, t + a, i] tap(c, i, a).
+  auto tap = [&](int64_t c, int64_t i, int64_t a) { return double(g_weight[size_t((c * D + i) * K1 + a)]); };
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < S; ++t) {
+      for (int64_t c = 0; c < C; ++c) {
+        double exact = g_bias[size_t(c)], magnitude = 0;
+        for (int64_t a = 0; a < K1; ++a) {
+          for (int64_t i = 0; i < D; ++i) {
+            const double term = dw[size_t((b * L + t + a) * C + c / D * D + i)] * tap(c, i, a);
+            exact += term;
+            magnitude += std::abs(term);
+          }
+        }
+        const double bound = rounding * magnitude + slack(D * K1, magnitude + std::abs(g_bias[size_t(c)]));
+        worst = std::max(worst, std::abs(out16[size_t((b * S + t) * C + c)] - exact) / bound);
+      }
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "out";
+
+  // d_dw[b, j, c] = sum over a, and outputs o of c's group, of dout[b, j - a, o] tap(o, c % D, a); and the
+  // bound of each.
+  std::vector<double> d_dw(size_t(B * L * C)), d_dw_bound(d_dw.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < L; ++j) {
+      for (int64_t c = 0; c < C; ++c) {
+        double sum = 0, magnitude = 0;
+        for (int64_t a = 0; a < K1; ++a) {
+          if (j - a < 0 || j - a >= S) continue;
+          for (int64_t o = c / D * D; o < c / D * D + D; ++o) {
+            const double term = dout[size_t((b * S + j - a) * C + o)] * tap(o, c % D, a);
+            sum += term;
+            magnitude += std::abs(term);
+          }
+        }
+        d_dw[size_t((b * L + j) * C + c)] = sum;
+        d_dw_bound[size_t((b * L + j) * C + c)] = rounding * magnitude + slack(D * K1, magnitude);
+      }
+    }
+  }
+  // Sums of d_dw times another f32 factor: each term off by |factor| times d_dw's bound.
+  struct Sum {
+    double exact = 0, bound = 0, magnitude = 0;
+    int64_t terms = 0;
+    void add(double factor, size_t at, const std::vector<double>& values, const std::vector<double>& bounds) {
+      exact += factor * values[at];
+      bound += std::abs(factor) * bounds[at];
+      magnitude += std::abs(factor * values[at]);
+      ++terms;
+    }
+    double error_bound() const { return bound + double(terms + 2) * std::ldexp(1.0, -24) * magnitude; }
+  };
+  worst = 0;
+  for (int64_t b = 0; b < B; ++b) {  // dx[b, s, c] = sum over a of w[c, a] d_dw[b, s + pad - a, c]
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t c = 0; c < C; ++c) {
+        Sum sum;
+        for (int64_t a = 0; a < K0; ++a) {
+          const int64_t j = s + pad - a;
+          if (j >= 0 && j < L)
+            sum.add(dw_weight[size_t(c * K0 + a)], size_t((b * L + j) * C + c), d_dw, d_dw_bound);
+        }
+        worst = std::max(worst, std::abs(dx[size_t((b * S + s) * C + c)] - sum.exact) / sum.error_bound());
+      }
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "dx";
+  double worst_weight = 0, worst_bias = 0;
+  for (int64_t c = 0; c < C;
+       ++c) {  // over every (b, j): d_dw x[b, j + a - pad] for the weight, d_dw for the bias
+    Sum bias;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < L; ++j) bias.add(1.0, size_t((b * L + j) * C + c), d_dw, d_dw_bound);
+    }
+    worst_bias = std::max(worst_bias, std::abs(d_dw_bias[size_t(c)] - bias.exact) / bias.error_bound());
+    for (int64_t a = 0; a < K0; ++a) {
+      Sum weight;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t s = j + a - pad;
+          if (s >= 0 && s < S)
+            weight.add(x[size_t((b * S + s) * C + c)], size_t((b * L + j) * C + c), d_dw, d_dw_bound);
+        }
+      }
+      worst_weight = std::max(
+          worst_weight, std::abs(d_dw_weight[size_t(c * K0 + a)] - weight.exact) / weight.error_bound());
+    }
+  }
+  EXPECT_LE(worst_weight, 1.0) << "d_dw_weight";
+  EXPECT_LE(worst_bias, 1.0) << "d_dw_bias";
+
+  // d_g_weight[c, i, a] = sum over (b, t) of dout[b, t, c] dw[b, t + a, i of c's group]: rounded inputs.
+  worst = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t i = 0; i < D; ++i) {
+      for (int64_t a = 0; a < K1; ++a) {
+        double exact = 0, magnitude = 0;
+        for (int64_t b = 0; b < B; ++b) {
+          for (int64_t t = 0; t < S; ++t) {
+            const double term =
+                double(dout[size_t((b * S + t) * C + c)]) * dw[size_t((b * L + t + a) * C + c / D * D + i)];
+            exact += term;
+            magnitude += std::abs(term);
+          }
+        }
+        const double bound = rounding * magnitude + slack(B * S, magnitude);
+        worst = std::max(worst, std::abs(d_g_weight[size_t((c * D + i) * K1 + a)] - exact) / bound);
+      }
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "d_g_weight";
+}
+
 struct PassResult {
   double loss = 0;
   std::vector<float> logits, grads;

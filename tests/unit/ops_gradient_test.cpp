@@ -176,13 +176,14 @@ TEST(OpsGradient, CcaConvolutions) {
     Vec dw(B * dw_len * C), out(B * S * C), scratch(size_t(ops().cca_conv_scratch(shape, k0, k1)));
     Vec dx(B * S * C), d_dw_w(C * k0, 0.f), d_dw_b(C, 0.f), d_g_w(C * 3 * k1, 0.f), d_g_b(C, 0.f);
     auto loss = [&] {
-      ops().cca_conv_forward(x.data(), shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(),
-                             dw.data(), out.data(), scratch.data());
+      ops().cca_conv_forward(Precision::F32, x.data(), shape, k0, k1, dw_w.data(), dw_b.data(), g_w.data(),
+                             g_b.data(), dw.data(), out.data(), scratch.data());
       return dot(out, r);
     };
     loss();
-    ops().cca_conv_backward(x.data(), dw.data(), r.data(), shape, k0, k1, dw_w.data(), g_w.data(), dx.data(),
-                            d_dw_w.data(), d_dw_b.data(), d_g_w.data(), d_g_b.data(), scratch.data());
+    ops().cca_conv_backward(Precision::F32, x.data(), dw.data(), r.data(), shape, k0, k1, dw_w.data(),
+                            g_w.data(), dx.data(), d_dw_w.data(), d_dw_b.data(), d_g_w.data(), d_g_b.data(),
+                            scratch.data());
     SCOPED_TRACE(testing::Message() << "k0 " << k0 << " k1 " << k1);
     expect_gradient("x", x, dx, loss);
     expect_gradient("depthwise weight", dw_w, d_dw_w, loss);
@@ -198,11 +199,11 @@ TEST(OpsGradient, CcaConvolutionIsCausal) {
   Vec x = random_vec(6 * C, 1), dw_w = random_vec(C * 2, 2), dw_b = random_vec(C, 3),
       g_w = random_vec(C * 2 * 2, 4), g_b = random_vec(C, 5), dw(7 * C), out(6 * C), out2(6 * C),
       scratch(size_t(ops().cca_conv_scratch(shape, 2, 2)));
-  ops().cca_conv_forward(x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
-                         out.data(), scratch.data());
+  ops().cca_conv_forward(Precision::F32, x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(),
+                         g_b.data(), dw.data(), out.data(), scratch.data());
   for (int64_t c = 0; c < C; ++c) x[4 * C + c] += 3.0f;  // change position 4
-  ops().cca_conv_forward(x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(), dw.data(),
-                         out2.data(), scratch.data());
+  ops().cca_conv_forward(Precision::F32, x.data(), shape, 2, 2, dw_w.data(), dw_b.data(), g_w.data(),
+                         g_b.data(), dw.data(), out2.data(), scratch.data());
   for (int64_t i = 0; i < 4 * C; ++i) EXPECT_EQ(out[i], out2[i]) << "position " << i / C << " saw the future";
   EXPECT_NE(out[4 * C], out2[4 * C]);
 }
@@ -219,8 +220,8 @@ TEST(OpsGradient, CcaConvolutionDecodeIsTheFullPassAtEachPosition) {
     Vec x = random_vec(S * C, 1), dw_w = random_vec(C * k0, 2), dw_b = random_vec(C, 3),
         g_w = random_vec(C * d * k1, 4), g_b = random_vec(C, 5), dw((S + k1 - 1) * C), out(S * C),
         scratch(size_t(ops().cca_conv_scratch(full, k0, k1)));
-    ops().cca_conv_forward(x.data(), full, k0, k1, dw_w.data(), dw_b.data(), g_w.data(), g_b.data(),
-                           dw.data(), out.data(), scratch.data());
+    ops().cca_conv_forward(Precision::F32, x.data(), full, k0, k1, dw_w.data(), dw_b.data(), g_w.data(),
+                           g_b.data(), dw.data(), out.data(), scratch.data());
     Vec windows(S * rows * C, 0.0f), decoded(S * C);  // window t ends at position t
     for (int64_t t = 0; t < S; ++t) {
       for (int64_t r = 0; r < rows; ++r) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vec_math.h"
 
@@ -28,6 +29,44 @@ void split_taps(const float* g_weight, int64_t channels, int64_t head_dim, int64
         taps[(a * channels + c) * head_dim + i] = g_weight[(c * head_dim + i) * k1 + a];
     }
   }
+}
+
+// Rows of a [rows, channels] f32 tensor as one product operand per group of d channels. In f32 the tensor
+// itself, each group's rows strided (ld channels); in bf16 a copy rounded once per call, group-major
+// [groups, rows, d], so that each group's rows are dense (ld d): dense bf16 operands ran the convolution's
+// products at 390 GFLOP/s here, strided ones far slower, and a dense f32 copy did not repay its cost.
+// `storage` holds rows * channels / 2 floats (the bf16 copy).
+class GroupRows {
+ public:
+  GroupRows(Precision precision, const float* x, int64_t rows, int64_t channels, int64_t d, float* storage)
+      : x_(x), rows_(rows), channels_(channels), d_(d) {
+    if (precision == Precision::F32) return;
+    copy_ = reinterpret_cast<BFloat16*>(storage);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = 0; g < channels / d; ++g)
+        round_to_bf16(x + r * channels + g * d, d, copy_ + (g * rows + r) * d);
+    }
+  }
+
+  // Group g's rows from `row` on, [n, d] with row stride ld().
+  Operand at(int64_t g, int64_t row) const {
+    if (!copy_) return x_ + row * channels_ + g * d_;
+    return copy_ + (g * rows_ + row) * d_;
+  }
+  int64_t ld() const {
+    return copy_ ? d_ : channels_;
+  }
+
+ private:
+  const float* x_;
+  int64_t rows_, channels_, d_;
+  BFloat16* copy_ = nullptr;
+};
+
+// Floats that hold `count` bf16 values.
+int64_t bf16_room(int64_t count) {
+  return (count + 1) / 2;
 }
 
 // out[b * ld_out] = bias + weight . taps row b for B taps rows (row stride ld_taps) of `depth` floats: each
@@ -135,16 +174,21 @@ void CpuOps::qk_mean_backward(const float* dq_res, const float* dk_res, int64_t 
 
 int64_t CpuOps::cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) {
   const int64_t channels = (shape.heads + shape.kv_heads) * shape.head_dim;
-  // taps, their gradient, the depthwise output's gradient, the depthwise weight transposed.
-  return 2 * k1 * channels * shape.head_dim + shape.batch * (shape.seq + k1 - 1) * channels + k0 * channels;
+  const int64_t taps = k1 * channels * shape.head_dim, dw_rows = shape.batch * (shape.seq + k1 - 1);
+  // taps and their gradient; the depthwise output's gradient and the depthwise weight transposed; the bf16
+  // copies of the taps, the depthwise output and the output gradient.
+  return 2 * taps + dw_rows * channels + k0 * channels + bf16_room(taps) + bf16_room(dw_rows * channels) +
+         bf16_room(shape.batch * shape.seq * channels);
 }
 
-void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                              const float* dw_weight, const float* dw_bias, const float* g_weight,
+void CpuOps::cca_conv_forward(Precision precision, const float* x, const AttentionShape& shape, int64_t k0,
+                              int64_t k1, const float* dw_weight, const float* dw_bias, const float* g_weight,
                               const float* g_bias, float* dw, float* out, float* scratch) {
   const int64_t d = shape.head_dim, groups = shape.heads + shape.kv_heads, channels = groups * d;
   const int64_t batch = shape.batch, seq = shape.seq, pad = (k0 - 1) + (k1 - 1), dw_len = seq + k1 - 1;
-  float* taps = scratch;
+  float* taps = scratch;                        // [k1, channels, d]
+  float* taps_copy = taps + k1 * channels * d;  // the bf16 copies
+  float* dw_copy = taps_copy + bf16_room(k1 * channels * d);
 
   // Depthwise: dw[b, j, c] = bias[c] + sum_a w[c, a] * x[b, j + a - pad, c] (zero left of the sequence).
 #pragma omp parallel for collapse(2) schedule(static)
@@ -164,6 +208,8 @@ void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
 
   // Grouped: out[b, t, group] = bias + sum_a dw[b, t + a, group] @ taps[a][group]^T.
   split_taps(g_weight, channels, d, k1, taps);
+  const GroupRows tap_rows(precision, taps, k1 * channels, d, d, taps_copy);  // one group: as stored
+  const GroupRows dw_rows(precision, dw, batch * dw_len, channels, d, dw_copy);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -171,8 +217,8 @@ void CpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
       for (int64_t t = 0; t < seq; ++t)
         std::memcpy(o + t * channels, g_bias + g * d, size_t(d) * sizeof(float));
       for (int64_t a = 0; a < k1; ++a) {
-        gemm(Trans::No, Trans::Yes, seq, d, d, 1.0f, dw + (b * dw_len + a) * channels + g * d, channels,
-             taps + (a * channels + g * d) * d, d, 1.0f, o, channels);
+        gemm(precision, Trans::No, Trans::Yes, seq, d, d, 1.0f, dw_rows.at(g, b * dw_len + a), dw_rows.ld(),
+             tap_rows.at(0, a * channels + g * d), d, 1.0f, o, channels);
       }
     }
   }
@@ -224,7 +270,7 @@ void CpuOps::cca_conv_decode(const float* window, const AttentionShape& shape, i
   }
 }
 
-void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout,
+void CpuOps::cca_conv_backward(Precision precision, const float* x, const float* dw, const float* dout,
                                const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
                                const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
                                float* d_g_weight, float* d_g_bias, float* scratch) {
@@ -234,9 +280,15 @@ void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
   float* d_taps = taps + k1 * channels * d;
   float* d_dw = d_taps + k1 * channels * d;
   float* dw_weight_t = d_dw + batch * dw_len * channels;  // [k0, channels]
+  float* taps_copy = dw_weight_t + k0 * channels;         // the bf16 copies
+  float* dw_copy = taps_copy + bf16_room(k1 * channels * d);
+  float* dout_copy = dw_copy + bf16_room(batch * dw_len * channels);
 
   bias_backward(dout, batch * seq, channels, channels, d_g_bias);
   split_taps(g_weight, channels, d, k1, taps);
+  const GroupRows tap_rows(precision, taps, k1 * channels, d, d, taps_copy);  // one group: as stored
+  const GroupRows dw_rows(precision, dw, batch * dw_len, channels, d, dw_copy);
+  const GroupRows dout_rows(precision, dout, batch * seq, channels, d, dout_copy);
 
   // Gradient of the depthwise output: d_dw[b, t + a, group] += dout[b, t, group] @ taps[a][group].
 #pragma omp parallel for collapse(2) schedule(static)
@@ -245,8 +297,8 @@ void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
       float* target = d_dw + b * dw_len * channels + g * d;
       for (int64_t j = 0; j < dw_len; ++j) std::memset(target + j * channels, 0, size_t(d) * sizeof(float));
       for (int64_t a = 0; a < k1; ++a) {
-        gemm(Trans::No, Trans::No, seq, d, d, 1.0f, dout + b * seq * channels + g * d, channels,
-             taps + (a * channels + g * d) * d, d, 1.0f, target + a * channels, channels);
+        gemm(precision, Trans::No, Trans::No, seq, d, d, 1.0f, dout_rows.at(g, b * seq), dout_rows.ld(),
+             tap_rows.at(0, a * channels + g * d), d, 1.0f, target + a * channels, channels);
       }
     }
   }
@@ -257,8 +309,8 @@ void CpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
     for (int64_t a = 0; a < k1; ++a) {
       float* dtap = d_taps + (a * channels + g * d) * d;
       for (int64_t b = 0; b < batch; ++b) {
-        gemm(Trans::Yes, Trans::No, d, d, seq, 1.0f, dout + b * seq * channels + g * d, channels,
-             dw + (b * dw_len + a) * channels + g * d, channels, b == 0 ? 0.0f : 1.0f, dtap, d);
+        gemm(precision, Trans::Yes, Trans::No, d, d, seq, 1.0f, dout_rows.at(g, b * seq), dout_rows.ld(),
+             dw_rows.at(g, b * dw_len + a), dw_rows.ld(), b == 0 ? 0.0f : 1.0f, dtap, d);
       }
     }
   }

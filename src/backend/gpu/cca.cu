@@ -271,7 +271,9 @@ ZAYA_KERNEL void spread_sequences_kernel(const float* dout, ConvShape s, float* 
 // Where the convolutions' working values live in the caller's scratch (floats from its start). The forward
 // uses taps and, for its extended rows, spread.
 struct ConvScratch {
-  int64_t d_dw, taps, spread, tap_grads, column_partials, total;
+  int64_t d_dw, taps, spread, tap_grads, column_partials;
+  int64_t taps16, dw16, spread16;  // bf16 products' operands (bf16 values, 2 to a float)
+  int64_t total;
 };
 
 ConvScratch conv_scratch(const ConvShape& s) {
@@ -286,8 +288,27 @@ ConvScratch conv_scratch(const ConvShape& s) {
   // Reused by the three column sums in turn: the grouped bias, the depthwise bias and the depthwise weight.
   const int64_t bias_columns = gpu::column_chunks(tokens) * s.channels,
                 weight_columns = gpu::column_chunks(dw_rows) * s.channels * s.k0;
-  layout.total = layout.column_partials + (bias_columns > weight_columns ? bias_columns : weight_columns);
+  layout.taps16 = layout.column_partials + (bias_columns > weight_columns ? bias_columns : weight_columns);
+  layout.dw16 = layout.taps16 + (weights + 1) / 2;
+  layout.spread16 = layout.dw16 + (dw_rows * s.channels + 1) / 2;
+  layout.total = layout.spread16 + ((s.k1 - 1 + dw_rows) * s.channels + 1) / 2;
   return layout;
+}
+
+// What a grouped convolution's product reads: f32 values as they are, or (bf16) their rounding into `room`.
+struct ConvInput {
+  const void* data;
+  DType type;
+  const void* at(int64_t elements) const {
+    if (type == DType::BF16) return static_cast<const uint16_t*>(data) + elements;
+    return static_cast<const float*>(data) + elements;
+  }
+};
+
+ConvInput conv_input(Ops& ops, Precision precision, const float* x, int64_t count, float* room) {
+  if (precision == Precision::F32) return {x, DType::F32};
+  ops.convert_to_bf16(x, count, reinterpret_cast<BFloat16*>(room));
+  return {room, DType::BF16};
 }
 
 }  // namespace
@@ -312,8 +333,8 @@ int64_t GpuOps::cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_
   return conv_scratch(conv_shape(shape, k0, k1)).total;
 }
 
-void GpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                              const float* dw_weight, const float* dw_bias, const float* g_weight,
+void GpuOps::cca_conv_forward(Precision precision, const float* x, const AttentionShape& shape, int64_t k0,
+                              int64_t k1, const float* dw_weight, const float* dw_bias, const float* g_weight,
                               const float* g_bias, float* dw, float* out, float* scratch) {
   const ConvShape s = conv_shape(shape, k0, k1);
   const gpu::Stream stream = gpu::as_stream(stream_);
@@ -325,12 +346,16 @@ void GpuOps::cca_conv_forward(const float* x, const AttentionShape& shape, int64
               dw_weight, dw_bias, dw);
   gpu::launch("weight_taps", weight_taps_kernel, gpu::cover(s.k1 * s.channels * s.d, gpu::kThreads),
               {gpu::kThreads}, 0, stream, g_weight, s, taps);
+  const ConvInput dw_in =
+      conv_input(*this, precision, dw, s.batch * s.dw_len * s.channels, scratch + layout.dw16);
+  const ConvInput taps_in =
+      conv_input(*this, precision, taps, s.k1 * s.channels * s.d, scratch + layout.taps16);
   // extended[r, g block] (+)= dw[r + a, g block] taps[a, g block]^T for rows r up to the last output's.
   const int64_t rows = s.batch * s.dw_len - (s.k1 - 1);
   for (int64_t a = 0; a < s.k1; ++a) {
-    blas_->gemm(DType::F32, Trans::No, Trans::Yes, rows, s.d, s.d, 1.0f, dw + a * s.channels, s.channels, s.d,
-                taps + a * s.channels * s.d, s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, extended, s.channels, s.d,
-                s.groups, stream_);
+    blas_->gemm(dw_in.type, Trans::No, Trans::Yes, rows, s.d, s.d, 1.0f, dw_in.at(a * s.channels), s.channels,
+                s.d, taps_in.at(a * s.channels * s.d), s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, extended,
+                s.channels, s.d, s.groups, stream_);
   }
   gpu::launch("gather_sequences", gather_sequences_kernel,
               gpu::cover(s.batch * s.seq * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, extended,
@@ -346,7 +371,7 @@ void GpuOps::cca_conv_decode(const float* window, const AttentionShape& shape, i
               out);
 }
 
-void GpuOps::cca_conv_backward(const float* x, const float* dw, const float* dout,
+void GpuOps::cca_conv_backward(Precision precision, const float* x, const float* dw, const float* dout,
                                const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
                                const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
                                float* d_g_weight, float* d_g_bias, float* scratch) {
@@ -368,21 +393,25 @@ void GpuOps::cca_conv_backward(const float* x, const float* dw, const float* dou
   gpu::launch("spread_sequences", spread_sequences_kernel,
               gpu::cover((lead + dw_rows) * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, dout, s,
               spread);
-  const float* spread_rows = spread + lead * s.channels;  // row r of the sequences end to end
-  const int64_t rows = dw_rows - lead;                    // the rows that reach an output
+  const ConvInput spread_in =
+      conv_input(*this, precision, spread, (lead + dw_rows) * s.channels, scratch + layout.spread16);
+  const ConvInput dw_in = conv_input(*this, precision, dw, dw_rows * s.channels, scratch + layout.dw16);
+  const ConvInput taps_in = conv_input(*this, precision, taps, weights, scratch + layout.taps16);
+  const int64_t rows = dw_rows - lead;  // the rows that reach an output
   for (int64_t a = 0; a < s.k1; ++a) {
-    // tap_grads[a, g block] = spread_rows[:rows, g block]^T dw[a : a + rows, g block].
-    blas_->gemm(DType::F32, Trans::Yes, Trans::No, s.d, s.d, rows, 1.0f, spread_rows, s.channels, s.d,
-                dw + a * s.channels, s.channels, s.d, 0.0f, tap_grads + a * s.channels * s.d, s.d, s.d * s.d,
-                s.groups, stream_);
+    // tap_grads[a, g block] = spread_rows[:rows, g block]^T dw[a : a + rows, g block], where spread row
+    // lead + r is row r of the sequences end to end.
+    blas_->gemm(dw_in.type, Trans::Yes, Trans::No, s.d, s.d, rows, 1.0f, spread_in.at(lead * s.channels),
+                s.channels, s.d, dw_in.at(a * s.channels), s.channels, s.d, 0.0f,
+                tap_grads + a * s.channels * s.d, s.d, s.d * s.d, s.groups, stream_);
   }
   gpu::launch("add_tap_gradients", add_tap_gradients_kernel, gpu::cover(weights, gpu::kThreads),
               {gpu::kThreads}, 0, stream, tap_grads, s, d_g_weight);
   for (int64_t a = 0; a < s.k1; ++a) {
     // d_dw[r, g block] (+)= spread_rows[r - a, g block] taps[a, g block].
-    blas_->gemm(DType::F32, Trans::No, Trans::No, dw_rows, s.d, s.d, 1.0f, spread_rows - a * s.channels,
-                s.channels, s.d, taps + a * s.channels * s.d, s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, d_dw,
-                s.channels, s.d, s.groups, stream_);
+    blas_->gemm(dw_in.type, Trans::No, Trans::No, dw_rows, s.d, s.d, 1.0f,
+                spread_in.at((lead - a) * s.channels), s.channels, s.d, taps_in.at(a * s.channels * s.d), s.d,
+                s.d * s.d, a == 0 ? 0.0f : 1.0f, d_dw, s.channels, s.d, s.groups, stream_);
   }
 
   // The depthwise convolution: bias and weight as column sums over the rows of d_dw, then dx.

@@ -67,13 +67,13 @@ class GpuOps final : public Ops {
                        float* k_res) override;
   void qk_mean_backward(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
                         const AttentionShape& shape, float* dqk) override;
-  void cca_conv_forward(const float* x, const AttentionShape& shape, int64_t k0, int64_t k1,
-                        const float* dw_weight, const float* dw_bias, const float* g_weight,
+  void cca_conv_forward(Precision precision, const float* x, const AttentionShape& shape, int64_t k0,
+                        int64_t k1, const float* dw_weight, const float* dw_bias, const float* g_weight,
                         const float* g_bias, float* dw, float* out, float* scratch) override;
-  void cca_conv_backward(const float* x, const float* dw, const float* dout, const AttentionShape& shape,
-                         int64_t k0, int64_t k1, const float* dw_weight, const float* g_weight, float* dx,
-                         float* d_dw_weight, float* d_dw_bias, float* d_g_weight, float* d_g_bias,
-                         float* scratch) override;
+  void cca_conv_backward(Precision precision, const float* x, const float* dw, const float* dout,
+                         const AttentionShape& shape, int64_t k0, int64_t k1, const float* dw_weight,
+                         const float* g_weight, float* dx, float* d_dw_weight, float* d_dw_bias,
+                         float* d_g_weight, float* d_g_bias, float* scratch) override;
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override;
   void cca_conv_decode(const float* window, const AttentionShape& shape, int64_t k0, int64_t k1,
                        const float* dw_weight, const float* dw_bias, const float* g_weight,
