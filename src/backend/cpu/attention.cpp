@@ -315,7 +315,7 @@ void CpuOps::attention_backward(Precision precision, const float* q, const float
       float* probs = thread_scratch(size_t(most_rows * S), 0);
       float* dprobs = thread_scratch(size_t(most_rows * S), 1);
       float* dq_blk = thread_scratch(size_t(most_rows * D), 2);
-      // This head's dK and dV [S, D], dense; copied out at the end.
+      // This key-value head's dK and dV [S, D], dense; copied out at the end.
       float* dk_g = thread_scratch(size_t(S * D), 3);
       float* dv_g = thread_scratch(size_t(S * D), 4);
       std::fill(dk_g, dk_g + S * D, 0.0f);
