@@ -173,7 +173,8 @@ MatrixView block_operand(Precision precision, const float* x, int64_t rows, int6
 }
 
 // dst[c * ld_dst + r] = x[r * ld_src + c] rounded to bf16 (to nearest even; NaN stays NaN, quieted) for
-// r, c < 8: an 8 x 8 transpose in registers, then each column rounded and narrowed as one vector.
+// r, c < 8: an 8 x 8 transpose in registers, then each column rounded and narrowed as one vector (a medium
+// layer's bf16 backward took 2-8% longer with a scalar tiled transpose).
 void transpose_to_bf16_8x8(const float* x, int64_t ld_src, BFloat16* dst, int64_t ld_dst) {
   __m256 row[8];
   for (int i = 0; i < 8; ++i) row[i] = _mm256_loadu_ps(x + i * ld_src);
@@ -538,7 +539,7 @@ void CpuOps::attention_decode(const float* q, const float* const* keys, const fl
   // Each head's ranges merged: their sums rescaled to the largest max.
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
-      float largest = -std::numeric_limits<float>::infinity(), total = 0.0f;
+      float largest = kNegInf, total = 0.0f;
       for (int64_t split = 0; split < splits; ++split)
         largest = std::max(largest, range_max[(b * splits + split) * H + h]);
       float* o = out + (b * H + h) * D;
