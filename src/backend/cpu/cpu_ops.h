@@ -125,6 +125,11 @@ class CpuOps final : public Ops {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
 
  private:
+  // C [r, r] = alpha A [r, k] op(B) + beta C where the product is symmetric (A X^T with B = X, or A A with A
+  // symmetric): only the blocks on and above the diagonal are multiplied, and those below are their mirror
+  // images. beta's C must be symmetric too.
+  void symmetric_product(Precision precision, Trans trans_b, int64_t r, int64_t k, float alpha, Operand a,
+                         int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
   // One matrix of newton_schulz, in the working memory newton_schulz sizes for it.
   void orthogonalise(Precision precision, float* x, int64_t rows, int64_t cols, int steps,
                      const float coefficients[3], void* scratch);
