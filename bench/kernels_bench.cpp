@@ -7,6 +7,8 @@
 
 #include "backend/ops.h"
 #include "core/rng.h"
+#include "infer/generator.h"
+#include "infer/token_logprobs.h"
 
 namespace zaya {
 namespace {
@@ -175,6 +177,25 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->ArgNames({"backward", "bf16"})
     ->Unit(benchmark::kMillisecond);
+
+// What the decode engine does per generated token on the host, over a row of `medium`'s 32768 logits
+// (N(0, 2)): choose it greedily (0), draw it at temperature 0.8 with top_p 0.95 (1) or 1.0 (2), or score it
+// with logprobs=5 (3).
+void BM_TokenChoice(benchmark::State& state) {
+  const int64_t vocab = 32768;
+  std::vector<float> logits = random_floats(size_t(vocab), 7);
+  for (float& z : logits) z *= 2.0f;
+  SamplingRule rule;
+  rule.temperature = state.range(0) == 0 ? 0.0 : 0.8;
+  rule.top_p = state.range(0) == 2 ? 1.0 : 0.95;
+  double sink = 0;
+  for (auto _ : state) {
+    sink += state.range(0) == 3 ? token_logprobs(logits.data(), vocab, 5, 5).token
+                                : sample_token(logits.data(), vocab, rule, 0.5);
+  }
+  benchmark::DoNotOptimize(sink);
+}
+BENCHMARK(BM_TokenChoice)->DenseRange(0, 3)->ArgName("kind")->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace zaya

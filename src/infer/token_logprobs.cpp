@@ -4,13 +4,39 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/vec_math.h"
+
 namespace zaya {
 
+namespace {
+
+using Double4 = double __attribute__((vector_size(32)));
+
+// The sum of exp(x[i] - shift), each exponential f32 and the sum double: a 32768-token row in ~10 us, where
+// libm's double exp took 200 us (per generated token with logprobs, and per prompt token scored).
+double exp_sum(const float* x, int64_t n, float shift) {
+  Double4 low{}, high{};
+  auto add = [&](Float8 e) {
+    low += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), Double4);
+    high += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), Double4);
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) add(vexp(load8(x + i) - shift));
+  if (i < n) add(vexp(load_partial(x + i, n - i, -__builtin_inff()) - shift));
+  const Double4 sum = low + high;
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+}  // namespace
+
+int32_t most_likely_token(const float* logits, int64_t vocab) {
+  const float* at = std::find(logits, logits + vocab, row_max(logits, vocab));
+  return at == logits + vocab ? 0 : int32_t(at - logits);
+}
+
 TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int64_t top_k) {
-  const int32_t best = int32_t(std::max_element(logits, logits + vocab) - logits);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - double(logits[best]));
-  const double log_normaliser = double(logits[best]) + std::log(sum);
+  const int32_t best = most_likely_token(logits, vocab);
+  const double log_normaliser = double(logits[best]) + std::log(exp_sum(logits, vocab, logits[best]));
   TokenLogprobs out;
   out.token = double(logits[token]) - log_normaliser;
   out.greedy = token == best;

@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
+#include <tuple>
 
+#include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -527,6 +531,80 @@ TEST(Sampling, TemperatureNucleusAndTopK) {
       EXPECT_NEAR(counts[size_t(k)] / 20000.0, want, 0.015) << "top_k " << top_k << " token " << k;
     }
   }
+}
+
+// What sample_token computes, by its definition: every token ranked (logit descending, ties by id), the
+// nucleus the shortest prefix holding top_p of the total weight (at most top_k long), and the draw's token
+// where the running weight passes draw times the nucleus's. The weights are sample_token's own, exp((z -
+// max) / T) in f32, so that the two differ only in the order of their double sums.
+int32_t sample_by_sorting(const std::vector<float>& logits, const SamplingRule& rule, double draw) {
+  const int64_t vocab = int64_t(logits.size());
+  const float max = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> weights;
+  for (float z : logits) weights.push_back(vexp((z - max) * float(1.0 / rule.temperature)));
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+  });
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const size_t candidates = size_t(rule.top_k > 0 ? std::min(rule.top_k, vocab) : vocab);
+  double kept = 0;
+  size_t nucleus = 0;
+  while (nucleus < candidates && (nucleus == 0 || kept < rule.top_p * total))
+    kept += weights[size_t(order[nucleus++])];
+  double target = draw * kept;
+  for (size_t i = 0; i < nucleus; ++i) {
+    target -= weights[size_t(order[i])];
+    if (target < 0) return order[i];
+  }
+  return order[nucleus - 1];
+}
+
+// sample_token ranks tokens in bins of logit and sorts only the bins a draw stops in: it must choose what a
+// full sort chooses, for nuclei and top_k cut inside a bin or at its edge, temperatures that spread the
+// weight or sharpen it, and logits repeated exactly (ties by id) and spread over more than its 1024 bins.
+TEST(Sampling, BinnedRankingChoosesWhatAFullSortChooses) {
+  const int64_t vocab = 5000;
+  const RandomStream rng(2, RngPurpose::Test, 0);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) logits[size_t(i)] = float(4.0 * rng.normal(uint64_t(i)));
+  // Exact ties, among the most likely tokens, where most draws land (and the first top_k cut falls).
+  const float top = *std::max_element(logits.begin(), logits.end());
+  for (int64_t i = 0; i < 40; ++i) logits[size_t(i * 97)] = top - 0.5f;
+  logits[11] = -90.0f;  // past the last bin
+  for (const auto& [temperature, top_p, top_k] : {std::tuple{1.0, 1.0, int64_t(0)},
+                                                  {1.0, 0.9, 0},
+                                                  {0.7, 0.5, 0},
+                                                  {2.0, 0.99, 20},
+                                                  {1.0, 1.0, 300},
+                                                  {0.05, 0.95, 0},
+                                                  {5.0, 0.3, 0}}) {
+    SamplingRule rule;
+    rule.temperature = temperature, rule.top_p = top_p, rule.top_k = top_k;
+    for (int i = 0; i < 400; ++i) {
+      const double draw = rng.uniform_double(uint64_t(1000 + i));
+      EXPECT_EQ(sample_token(logits.data(), vocab, rule, draw), sample_by_sorting(logits, rule, draw))
+          << "T " << temperature << ", top_p " << top_p << ", top_k " << top_k << ", draw " << draw;
+    }
+  }
+}
+
+// Logits a broken model could produce still give a token of the vocabulary: NaNs rank last with no weight,
+// and a row without a finite weight falls back to the most likely token.
+TEST(Sampling, NonFiniteLogitsGiveATokenOfTheVocabulary) {
+  const float nan = std::nanf(""), inf = __builtin_inff();
+  SamplingRule rule;
+  rule.temperature = 1.0, rule.top_p = 1.0;
+  const float some_nan[4] = {nan, 1.0f, nan, 0.5f};
+  for (double draw : {0.0, 0.5, 0.999}) {
+    const int32_t token = sample_token(some_nan, 4, rule, draw);
+    EXPECT_TRUE(token == 1 || token == 3) << draw;
+  }
+  const float all_nan[3] = {nan, nan, nan}, all_low[3] = {-inf, -inf, -inf}, high[3] = {0.0f, inf, 1.0f};
+  EXPECT_EQ(sample_token(all_nan, 3, rule, 0.5), 0);
+  EXPECT_EQ(sample_token(all_low, 3, rule, 0.5), 0);
+  EXPECT_EQ(sample_token(high, 3, rule, 0.5), 1);
 }
 
 TEST(Generate, IsReproducibleAndStops) {
