@@ -24,6 +24,7 @@
 #include "core/rng.h"
 #include "core/thread_governor.h"
 #include "core/threads.h"
+#include "infer/token_logprobs.h"
 #include "model/decode_cache.h"
 #include "model/model_dims.h"
 #include "model/model_io.h"
@@ -263,10 +264,8 @@ double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& ar
       model.prefill(starts.data(), lengths.data(), cache_ptrs.data(), count, ZayaModel::PrefillLogits::Last);
   std::vector<int32_t> next(static_cast<size_t>(count));  // [count]
   auto choose = [&](const float* rows) {                  // [count, vocab]
-    for (int64_t b = 0; b < count; ++b) {
-      const float* row = rows + b * dims.vocab;
-      next[size_t(b)] = int32_t(std::max_element(row, row + dims.vocab) - row);
-    }
+    for (int64_t b = 0; b < count; ++b)
+      next[size_t(b)] = most_likely_token(rows + b * dims.vocab, dims.vocab);
   };
   choose(logits);
   if (profiler) profiler->clear();
