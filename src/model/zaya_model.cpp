@@ -238,17 +238,35 @@ void ZayaModel::embed(const Batch& batch, float* out) {
 void ZayaModel::rope_rows(int64_t layer, const int64_t* positions, int64_t count, float*& cos, float*& sin) {
   const LayerDims& dims = dims_.layer[size_t(layer)];
   const int64_t half = dims.rotary_dim / 2;
+  int64_t needed = positions ? 0 : count;
+  for (int64_t s = 0; positions && s < count; ++s) needed = std::max(needed, positions[s] + 1);
+  auto same = [&](const RopeAngles& a) {
+    return a.rotary_dim == dims.rotary_dim && a.theta == dims.rope_theta;
+  };
+  auto found = std::find_if(rope_angles_.begin(), rope_angles_.end(), same);
+  RopeAngles& angles = found != rope_angles_.end()
+                           ? *found
+                           : rope_angles_.emplace_back(RopeAngles{dims.rotary_dim, dims.rope_theta, {}, {}});
+  if (const int64_t known = half > 0 ? int64_t(angles.cos.size()) / half : needed; known < needed) {
+    angles.cos.resize(size_t(needed * half));
+    angles.sin.resize(size_t(needed * half));
+    // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
+    for (int64_t i = 0; i < half; ++i) {
+      const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
+      for (int64_t p = known; p < needed; ++p) {
+        const float angle = float(p) * inv_freq;
+        angles.cos[size_t(p * half + i)] = std::cos(angle);
+        angles.sin[size_t(p * half + i)] = std::sin(angle);
+      }
+    }
+  }
   staging_.resize(size_t(2 * count * half));  // [count, half] cos, then sin; its capacity is kept
   float* host_cos = staging_.data();
   float* host_sin = host_cos + count * half;
-  // As transformers computes it, in float32: inv_freq = 1 / theta^(2i / dim), angle = position * inv_freq.
-  for (int64_t i = 0; i < half; ++i) {
-    const float inv_freq = 1.0f / std::pow(float(dims.rope_theta), float(2 * i) / float(dims.rotary_dim));
-    for (int64_t s = 0; s < count; ++s) {
-      const float angle = float(positions ? positions[s] : s) * inv_freq;
-      host_cos[s * half + i] = std::cos(angle);
-      host_sin[s * half + i] = std::sin(angle);
-    }
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t p = positions ? positions[s] : s;
+    std::copy_n(angles.cos.begin() + p * half, half, host_cos + s * half);
+    std::copy_n(angles.sin.begin() + p * half, half, host_sin + s * half);
   }
   cos = to_device(host_cos, count * half);
   sin = to_device(host_sin, count * half);
