@@ -33,15 +33,16 @@ class RankedLogits {
     const float inv_t = float(1.0 / temperature);
     for (int64_t i = 0; i < vocab; i += 8) {
       const int64_t n = std::min<int64_t>(8, vocab - i);
-      const Float8 weight = vexp((load_partial(logits + i, n, 0.0f) - max_) * inv_t);
+      const Float8 z = load_partial(logits + i, n, 0.0f), weight = vexp((z - max_) * inv_t);
       store_partial(weights_.data() + i, weight == weight ? weight : Float8{}, n);
+      const Float8 position = (max_ - z) * kBinsPerNat;  // NaN for a NaN logit
+      const Int8 bin = __builtin_convertvector(position < float(kBins - 1) ? position : kBins - 1, Int8);
+      for (int64_t j = 0; j < n; ++j) bin_of_[size_t(i + j)] = uint16_t(bin[j]);
     }
     for (int64_t i = 0; i < vocab; ++i) {
-      const float position = (max_ - logits[i]) * kBinsPerNat;  // NaN for a NaN logit
-      const int bin = position < float(kBins - 1) ? int(position) : kBins - 1;
-      bin_of_[size_t(i)] = uint16_t(bin);
-      bins_[size_t(bin)].mass += weights_[size_t(i)];
-      ++bins_[size_t(bin)].count;
+      Bin& bin = bins_[bin_of_[size_t(i)]];
+      bin.mass += weights_[size_t(i)];
+      ++bin.count;
     }
     for (const Bin& bin : bins_) total_ += bin.mass;
   }
