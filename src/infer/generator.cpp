@@ -36,7 +36,8 @@ class RankedLogits {
       const Float8 z = load_partial(logits + i, n, 0.0f), weight = vexp((z - max_) * inv_t);
       store_partial(weights_.data() + i, weight == weight ? weight : Float8{}, n);
       const Float8 position = (max_ - z) * kBinsPerNat;  // NaN for a NaN logit
-      const Int8 bin = __builtin_convertvector(position < float(kBins - 1) ? position : kBins - 1, Int8);
+      const Float8 last = splat(float(kBins - 1));
+      const Int8 bin = __builtin_convertvector(position < last ? position : last, Int8);
       for (int64_t j = 0; j < n; ++j) bin_of_[size_t(i + j)] = uint16_t(bin[j]);
     }
     for (int64_t i = 0; i < vocab; ++i) {
