@@ -1,6 +1,7 @@
 #include "serve/decode_engine.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -101,6 +102,25 @@ bool drop_if_over(Sequence& sequence, EngineCounters& counters) {
   return true;
 }
 
+// fn(i) for i < count on the OpenMP threads: each token's choice or log-softmax reads a whole row of
+// logits (35-80 us at a 32768-token vocabulary), and a step has one per running sequence, a scored
+// prompt one per token. An exception is rethrown on the calling thread (it must not leave the region).
+template <typename Fn>
+void on_threads(int64_t count, Fn&& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max<int64_t>(count, 0)));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      fn(i);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
 }  // namespace
 
 void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& running) {
@@ -145,15 +165,16 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
       if (request.score_prompt) {
         SequenceEvent scored;
         scored.kind = SequenceEvent::Kind::PromptScored;
-        for (int64_t i = 1; i < length; ++i) {
-          scored.prompt.push_back(token_logprobs(rows + (i - 1) * vocab, vocab, request.prompt[size_t(i)],
-                                                 request.logprobs.value_or(0)));
-        }
+        scored.prompt.resize(size_t(length - 1));
+        on_threads(length - 1, [&](int64_t i) {
+          scored.prompt[size_t(i)] = token_logprobs(rows + i * vocab, vocab, request.prompt[size_t(i + 1)],
+                                                    request.logprobs.value_or(0));
+        });
         joined.sequence->post(std::move(scored));
       }
       if (request.max_tokens == 0) {
         joined.sequence->post(finished("length"));
-      } else if (advance(joined, score ? rows + (length - 1) * vocab : rows)) {
+      } else if (advance(joined, choose(joined, score ? rows + (length - 1) * vocab : rows))) {
         running.push_back(std::move(joined));
       }
     }
@@ -161,13 +182,18 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
   }
 }
 
-bool DecodeEngine::advance(Running& running, const float* logits) {
+SequenceEvent DecodeEngine::choose(const Running& running, const float* logits) const {
   const SequenceRequest& request = running.sequence->request();
   const int64_t vocab = model_.params().dims().vocab;
   SequenceEvent event;
   event.token =
       sample_token(logits, vocab, request.rule, running.rng.uniform_double(uint64_t(running.produced)));
   if (request.logprobs) event.logprobs = token_logprobs(logits, vocab, event.token, *request.logprobs);
+  return event;
+}
+
+bool DecodeEngine::advance(Running& running, const SequenceEvent& event) {
+  const SequenceRequest& request = running.sequence->request();
   running.sequence->post(event);
   ++running.produced;
   ++counters_.generated_tokens;
@@ -236,9 +262,12 @@ void DecodeEngine::run() {
       const float* logits = model_.decode_batch(tokens.data(), caches.data(), int64_t(running.size()));
       ++counters_.decode_steps;
       const int64_t vocab = model_.params().dims().vocab;
+      std::vector<SequenceEvent> chosen(running.size());
+      on_threads(int64_t(running.size()),
+                 [&](int64_t i) { chosen[size_t(i)] = choose(running[size_t(i)], logits + i * vocab); });
       std::vector<Running> still;
       for (size_t i = 0; i < running.size(); ++i) {
-        if (advance(running[i], logits + int64_t(i) * vocab)) still.push_back(std::move(running[i]));
+        if (advance(running[i], chosen[i])) still.push_back(std::move(running[i]));
       }
       running = std::move(still);
     } catch (const std::exception& e) {

@@ -112,8 +112,10 @@ class DecodeEngine {
   // The prefill of new sequences (several in one pass) and their first tokens; those that go on join
   // `running`.
   void start(std::vector<Running>& joining, std::vector<Running>& running);
-  // Samples the next token from logits [vocab] and posts it; false when the sequence ended.
-  bool advance(Running& running, const float* logits);
+  // The next token sampled from logits [vocab] (with its logprobs when asked): reads only `running`.
+  SequenceEvent choose(const Running& running, const float* logits) const;
+  // Posts the chosen token; false when the sequence ended.
+  bool advance(Running& running, const SequenceEvent& event);
 
   ZayaModel& model_;
   const EngineLimits limits_;
