@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "backend/cpu/vec_math.h"
 
@@ -27,6 +26,34 @@ double exp_sum(const float* x, int64_t n, float shift) {
   return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
+// The k most likely ids, most likely first (ties: the lower id; a NaN logit ranks last), in one pass over
+// the row: a short sorted list that a logit enters only when it beats the list's last, checked 8 logits at a
+// time. A partial_sort over an index of the whole vocabulary took 30 us at k = 5 and 32768 tokens.
+std::vector<int32_t> most_likely_tokens(const float* logits, int64_t vocab, int64_t k) {
+  const auto rank = [logits](int64_t id) {
+    const float z = logits[id];
+    return z == z ? z : -__builtin_inff();
+  };
+  std::vector<int32_t> top;
+  top.reserve(size_t(k + 1));
+  float last = -__builtin_inff();  // the full list's last rank: what a logit must beat to enter
+  auto offer = [&](int64_t i) {
+    if (int64_t(top.size()) == k && !(logits[i] > last)) return;  // a NaN never enters a full list
+    const float z = rank(i);
+    top.insert(std::find_if(top.begin(), top.end(), [&](int32_t id) { return rank(id) < z; }), int32_t(i));
+    if (int64_t(top.size()) > k) top.pop_back();
+    if (int64_t(top.size()) == k) last = rank(top.back());
+  };
+  int64_t i = 0;
+  for (; i < vocab && int64_t(top.size()) < k; ++i) offer(i);
+  for (; i + 8 <= vocab; i += 8) {
+    if (_mm256_movemask_ps(__m256(load8(logits + i) > splat(last))) == 0) continue;
+    for (int64_t j = i; j < i + 8; ++j) offer(j);
+  }
+  for (; i < vocab; ++i) offer(i);
+  return top;
+}
+
 }  // namespace
 
 int32_t most_likely_token(const float* logits, int64_t vocab) {
@@ -42,13 +69,8 @@ TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, 
   out.greedy = token == best;
   const int64_t k = std::min(top_k, vocab);
   if (k <= 0) return out;
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-  });
-  for (int64_t i = 0; i < k; ++i)
-    out.top.emplace_back(order[size_t(i)], double(logits[order[size_t(i)]]) - log_normaliser);
+  for (int32_t id : most_likely_tokens(logits, vocab, k))
+    out.top.emplace_back(id, double(logits[id]) - log_normaliser);
   return out;
 }
 

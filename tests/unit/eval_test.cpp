@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -109,7 +110,8 @@ TEST(Loglikelihood, TokenLogprobsAreTheLogSoftmaxAndItsTopK) {
 // what rounding z - max to f32 does to it (up to 6e-8 (max - z)), so the log-sum-exp, and with it every
 // log-probability, is within 2.4e-7 + 6e-8 E[max - z] of the exact one, E weighted by probability. Over rows
 // of a 32768-token vocabulary, flat or sharp, that bound holds (~1e-10 is measured; the same exponentials
-// summed in f32 lanes miss it by up to 3x).
+// summed in f32 lanes miss it by up to 3x). The top 20 alternatives, found in one pass, come in a full
+// sort's order.
 TEST(Loglikelihood, TokenLogprobsAreWithinTheirBoundOnALargeVocabulary) {
   const int64_t vocab = 32768;
   const RandomStream rng(4, RngPurpose::Test, 0);
@@ -126,6 +128,15 @@ TEST(Loglikelihood, TokenLogprobsAreWithinTheirBoundOnALargeVocabulary) {
       EXPECT_NEAR(token_logprobs(logits.data(), vocab, token, 0).token, exact, bound)
           << scale << " " << token;
     }
+    // The top alternatives are the most likely in order, as a sort of the whole row gives them.
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+    });
+    const TokenLogprobs scored = token_logprobs(logits.data(), vocab, 0, 20);
+    ASSERT_EQ(scored.top.size(), 20u);
+    for (size_t i = 0; i < 20; ++i) EXPECT_EQ(scored.top[i].first, order[i]) << scale << " rank " << i;
   }
 }
 
