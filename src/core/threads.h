@@ -1,7 +1,10 @@
 #pragma once
 // The thread count for every parallel kernel (OpenMP and oneDNN share the OpenMP pool).
 
+#include <cstdint>
+#include <exception>
 #include <string>
+#include <vector>
 
 namespace zaya {
 
@@ -14,5 +17,24 @@ int available_cores();
 // would exhaust memory on thread stacks), so the count is clamped to the cores, with a warning on stderr.
 void set_user_thread_count(int n, const std::string& source);
 int num_threads();
+
+// fn(i) for every i in [0, count), on the OpenMP threads (dynamically scheduled). An exception must not leave
+// a parallel region (that ends the process), so each is kept, and the first in index order is rethrown here
+// once every index has run.
+template <typename Fn>
+void parallel_for_rethrowing(int64_t count, Fn&& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(count > 0 ? count : 0));
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      fn(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
 
 }  // namespace zaya

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -14,6 +13,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "data/bpe_byte_level.h"
 #include "data/bpe_model.h"
 #include "data/tokenizer_pattern.h"
@@ -117,20 +117,10 @@ void count_parallel(std::string_view text, const PreTokenCounter& counter, WordC
   }
   cuts.push_back(text.size());
   std::vector<WordCounts> local(cuts.size() - 1);
-  std::vector<std::exception_ptr> errors(local.size());  // an exception must not leave the parallel region
-  const auto count = static_cast<int64_t>(local.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t p = 0; p < count; ++p) {
+  parallel_for_rethrowing(static_cast<int64_t>(local.size()), [&](int64_t p) {
     const auto i = static_cast<size_t>(p);
-    try {
-      counter.count(text.substr(cuts[i], cuts[i + 1] - cuts[i]), local[i]);
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  }
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
+    counter.count(text.substr(cuts[i], cuts[i + 1] - cuts[i]), local[i]);
+  });
   for (WordCounts& part : local) {
     for (auto& [word, n] : part) counts[word] += n;
   }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "data/document_reader.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -80,19 +81,15 @@ PrepareReport prepare_dataset(const PrepareOptions& options,
       if (!reader.next(pieces, kBatchBytes)) break;
       for (const DocumentPiece& piece : pieces) batch_bytes += piece.text.size();
       encoded.assign(pieces.size(), {});
-      // An exception must not leave the parallel region (that ends the process, leaving temporary files):
-      // each is kept and the first one, in input order, thrown after it.
-      std::vector<std::exception_ptr> failures(pieces.size());
-#pragma omp parallel for schedule(dynamic, 4)
-      for (size_t i = 0; i < pieces.size(); ++i) {
+      // The first failure in input order is thrown after the loop, naming its piece.
+      parallel_for_rethrowing(int64_t(pieces.size()), [&](int64_t i) {
         try {
-          encoded[i] = tokenizer.encode(pieces[i].text);
+          encoded[size_t(i)] = tokenizer.encode(pieces[size_t(i)].text);
         } catch (...) {
-          failures[i] = std::current_exception();
+          rethrow_naming(std::current_exception(), pieces[size_t(i)]);
         }
-      }
+      });
       for (size_t i = 0; i < pieces.size(); ++i) {
-        if (failures[i]) rethrow_naming(failures[i], pieces[i]);
         if (pieces[i].first) {
           current.clear();
           document_to_val = val && split.uniform_double(uint64_t(document)) < options.val_fraction;

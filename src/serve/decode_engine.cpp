@@ -1,11 +1,11 @@
 #include "serve/decode_engine.h"
 
 #include <algorithm>
-#include <exception>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_governor.h"
+#include "core/threads.h"
 #include "model/zaya_model.h"
 
 namespace zaya {
@@ -102,25 +102,6 @@ bool drop_if_over(Sequence& sequence, EngineCounters& counters) {
   return true;
 }
 
-// fn(i) for i < count on the OpenMP threads: each token's choice or log-softmax reads a whole row of
-// logits (35-80 us at a 32768-token vocabulary), and a step has one per running sequence, a scored
-// prompt one per token. An exception is rethrown on the calling thread (it must not leave the region).
-template <typename Fn>
-void on_threads(int64_t count, Fn&& fn) {
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max<int64_t>(count, 0)));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    try {
-      fn(i);
-    } catch (...) {
-      errors[size_t(i)] = std::current_exception();
-    }
-  }
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
-}
-
 }  // namespace
 
 void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& running) {
@@ -166,7 +147,8 @@ void DecodeEngine::start(std::vector<Running>& joining, std::vector<Running>& ru
         SequenceEvent scored;
         scored.kind = SequenceEvent::Kind::PromptScored;
         scored.prompt.resize(size_t(length - 1));
-        on_threads(length - 1, [&](int64_t i) {
+        // Each position's log-softmax reads a whole row of logits (~35 us at 32768 tokens): on all threads.
+        parallel_for_rethrowing(length - 1, [&](int64_t i) {
           scored.prompt[size_t(i)] = token_logprobs(rows + i * vocab, vocab, request.prompt[size_t(i + 1)],
                                                     request.logprobs.value_or(0));
         });
@@ -262,9 +244,12 @@ void DecodeEngine::run() {
       const float* logits = model_.decode_batch(tokens.data(), caches.data(), int64_t(running.size()));
       ++counters_.decode_steps;
       const int64_t vocab = model_.params().dims().vocab;
+      // Each sequence's choice reads its whole row of logits (35-80 us at 32768 tokens): on all threads,
+      // then posted in order.
       std::vector<SequenceEvent> chosen(running.size());
-      on_threads(int64_t(running.size()),
-                 [&](int64_t i) { chosen[size_t(i)] = choose(running[size_t(i)], logits + i * vocab); });
+      parallel_for_rethrowing(int64_t(running.size()), [&](int64_t i) {
+        chosen[size_t(i)] = choose(running[size_t(i)], logits + i * vocab);
+      });
       std::vector<Running> still;
       for (size_t i = 0; i < running.size(); ++i) {
         if (advance(running[i], chosen[i])) still.push_back(std::move(running[i]));
