@@ -296,19 +296,11 @@ ConvScratch conv_scratch(const ConvShape& s) {
 }
 
 // What a grouped convolution's product reads: f32 values as they are, or (bf16) their rounding into `room`.
-struct ConvInput {
-  const void* data;
-  DType type;
-  const void* at(int64_t elements) const {
-    if (type == DType::BF16) return static_cast<const uint16_t*>(data) + elements;
-    return static_cast<const float*>(data) + elements;
-  }
-};
-
-ConvInput conv_input(Ops& ops, Precision precision, const float* x, int64_t count, float* room) {
-  if (precision == Precision::F32) return {x, DType::F32};
-  ops.convert_to_bf16(x, count, reinterpret_cast<BFloat16*>(room));
-  return {room, DType::BF16};
+Operand conv_input(Ops& ops, Precision precision, const float* x, int64_t count, float* room) {
+  if (precision == Precision::F32) return x;
+  auto* rounded = reinterpret_cast<BFloat16*>(room);
+  ops.convert_to_bf16(x, count, rounded);
+  return rounded;
 }
 
 }  // namespace
@@ -346,16 +338,16 @@ void GpuOps::cca_conv_forward(Precision precision, const float* x, const Attenti
               dw_weight, dw_bias, dw);
   gpu::launch("weight_taps", weight_taps_kernel, gpu::cover(s.k1 * s.channels * s.d, gpu::kThreads),
               {gpu::kThreads}, 0, stream, g_weight, s, taps);
-  const ConvInput dw_in =
+  const Operand dw_in =
       conv_input(*this, precision, dw, s.batch * s.dw_len * s.channels, scratch + layout.dw16);
-  const ConvInput taps_in =
+  const Operand taps_in =
       conv_input(*this, precision, taps, s.k1 * s.channels * s.d, scratch + layout.taps16);
   // extended[r, g block] (+)= dw[r + a, g block] taps[a, g block]^T for rows r up to the last output's.
   const int64_t rows = s.batch * s.dw_len - (s.k1 - 1);
   for (int64_t a = 0; a < s.k1; ++a) {
-    blas_->gemm(dw_in.type, Trans::No, Trans::Yes, rows, s.d, s.d, 1.0f, dw_in.at(a * s.channels), s.channels,
-                s.d, taps_in.at(a * s.channels * s.d), s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, extended,
-                s.channels, s.d, s.groups, stream_);
+    blas_->gemm(dw_in.type, Trans::No, Trans::Yes, rows, s.d, s.d, 1.0f, dw_in.offset(a * s.channels).data,
+                s.channels, s.d, taps_in.offset(a * s.channels * s.d).data, s.d, s.d * s.d,
+                a == 0 ? 0.0f : 1.0f, extended, s.channels, s.d, s.groups, stream_);
   }
   gpu::launch("gather_sequences", gather_sequences_kernel,
               gpu::cover(s.batch * s.seq * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, extended,
@@ -393,25 +385,26 @@ void GpuOps::cca_conv_backward(Precision precision, const float* x, const float*
   gpu::launch("spread_sequences", spread_sequences_kernel,
               gpu::cover((lead + dw_rows) * s.channels, gpu::kThreads), {gpu::kThreads}, 0, stream, dout, s,
               spread);
-  const ConvInput spread_in =
+  const Operand spread_in =
       conv_input(*this, precision, spread, (lead + dw_rows) * s.channels, scratch + layout.spread16);
-  const ConvInput dw_in = conv_input(*this, precision, dw, dw_rows * s.channels, scratch + layout.dw16);
-  const ConvInput taps_in = conv_input(*this, precision, taps, weights, scratch + layout.taps16);
+  const Operand dw_in = conv_input(*this, precision, dw, dw_rows * s.channels, scratch + layout.dw16);
+  const Operand taps_in = conv_input(*this, precision, taps, weights, scratch + layout.taps16);
   const int64_t rows = dw_rows - lead;  // the rows that reach an output
   for (int64_t a = 0; a < s.k1; ++a) {
     // tap_grads[a, g block] = spread_rows[:rows, g block]^T dw[a : a + rows, g block], where spread row
     // lead + r is row r of the sequences end to end.
-    blas_->gemm(dw_in.type, Trans::Yes, Trans::No, s.d, s.d, rows, 1.0f, spread_in.at(lead * s.channels),
-                s.channels, s.d, dw_in.at(a * s.channels), s.channels, s.d, 0.0f,
-                tap_grads + a * s.channels * s.d, s.d, s.d * s.d, s.groups, stream_);
+    blas_->gemm(dw_in.type, Trans::Yes, Trans::No, s.d, s.d, rows, 1.0f,
+                spread_in.offset(lead * s.channels).data, s.channels, s.d, dw_in.offset(a * s.channels).data,
+                s.channels, s.d, 0.0f, tap_grads + a * s.channels * s.d, s.d, s.d * s.d, s.groups, stream_);
   }
   gpu::launch("add_tap_gradients", add_tap_gradients_kernel, gpu::cover(weights, gpu::kThreads),
               {gpu::kThreads}, 0, stream, tap_grads, s, d_g_weight);
   for (int64_t a = 0; a < s.k1; ++a) {
     // d_dw[r, g block] (+)= spread_rows[r - a, g block] taps[a, g block].
     blas_->gemm(dw_in.type, Trans::No, Trans::No, dw_rows, s.d, s.d, 1.0f,
-                spread_in.at((lead - a) * s.channels), s.channels, s.d, taps_in.at(a * s.channels * s.d), s.d,
-                s.d * s.d, a == 0 ? 0.0f : 1.0f, d_dw, s.channels, s.d, s.groups, stream_);
+                spread_in.offset((lead - a) * s.channels).data, s.channels, s.d,
+                taps_in.offset(a * s.channels * s.d).data, s.d, s.d * s.d, a == 0 ? 0.0f : 1.0f, d_dw,
+                s.channels, s.d, s.groups, stream_);
   }
 
   // The depthwise convolution: bias and weight as column sums over the rows of d_dw, then dx.
