@@ -8,6 +8,16 @@
 
 namespace zaya {
 
+// The ranking of tokens that every choice of them follows (greedy, sampling, top alternatives): a larger
+// logit first, a NaN logit last, ties to the lower id.
+inline float logit_rank(float logit) {
+  return logit == logit ? logit : -__builtin_inff();
+}
+inline bool ranks_before(const float* logits, int32_t a, int32_t b) {
+  const float x = logit_rank(logits[a]), y = logit_rank(logits[b]);
+  return x != y ? x > y : a < b;
+}
+
 // The first id of the largest logit (NaN logits never are; 0 when no logit compares).
 int32_t most_likely_token(const float* logits, int64_t vocab);
 
