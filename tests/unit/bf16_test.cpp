@@ -22,6 +22,13 @@ namespace zaya {
 namespace {
 
 constexpr double kUnit = 1.0 / 256;  // u = 2^-8
+// The relative error of a product of two operands each rounded to bf16: (1 + u)^2 - 1.
+constexpr double kProductRounding = 2 * kUnit + kUnit * kUnit;
+
+// What summing `terms` f32 values of total magnitude `magnitude` can add: (terms + 2) 2^-24 of it.
+double f32_accumulation(int64_t terms, double magnitude) {
+  return double(terms + 2) * std::ldexp(1.0, -24) * magnitude;
+}
 
 std::vector<float> random_matrix(int64_t count, uint64_t stream) {
   const RandomStream rng(11, RngPurpose::Test, stream);
@@ -65,9 +72,9 @@ void check_product(const ProductCase& p) {
       const double before = c0[size_t(i * ldc + j)];
       const double got = c[size_t(i * ldc + j)];
       const double scale = std::abs(p.alpha) * magnitude + std::abs(p.beta * before);
-      const double accumulation = double(p.k + 2) * std::ldexp(1.0, -24) * scale;
+      const double accumulation = f32_accumulation(p.k, scale);
       // Against the exact f32 product: input rounding plus accumulation.
-      const double exact_bound = (2 * kUnit + kUnit * kUnit) * std::abs(p.alpha) * magnitude + accumulation;
+      const double exact_bound = kProductRounding * std::abs(p.alpha) * magnitude + accumulation;
       worst_exact = std::max(worst_exact, std::abs(got - (p.alpha * exact + p.beta * before)) / exact_bound);
       // Against the product of the bf16-rounded inputs: accumulation alone (the op does round its inputs).
       worst_rounded = std::max(
@@ -143,8 +150,7 @@ TEST_F(Bf16, FewRowsAgainstBf16WeightsStayWithinTheRoundingBound) {
             magnitude += std::abs(product);
           }
           const double before = c0[size_t(i * ldc + j)];
-          const double bound =
-              double(k + 2) * std::ldexp(1.0, -24) * (alpha * magnitude + std::abs(beta * before));
+          const double bound = f32_accumulation(k, alpha * magnitude + std::abs(beta * before));
           worst =
               std::max(worst, std::abs(c[size_t(i * ldc + j)] - (alpha * rounded + beta * before)) / bound);
         }
@@ -263,11 +269,11 @@ TEST_F(Bf16Attention, ForwardAndBackwardStayWithinTheRoundingBounds) {
               dp_magnitude += std::abs(double(dov(b, i, h, d)) * kv(v, b, j, g, d));
             }
             p[size_t(j)] = std::exp(kScale * score - row_lse);
-            es[size_t(j)] = (2 * kUnit + kUnit * kUnit) * kScale * score_magnitude +
-                            f32_slack(D, kScale * score_magnitude);
+            es[size_t(j)] =
+                kProductRounding * kScale * score_magnitude + f32_slack(D, kScale * score_magnitude);
             max_es = std::max(max_es, es[size_t(j)]);
             dp[size_t(j)] = dpj;
-            edp[size_t(j)] = (2 * kUnit + kUnit * kUnit) * dp_magnitude + f32_slack(D, dp_magnitude);
+            edp[size_t(j)] = kProductRounding * dp_magnitude + f32_slack(D, dp_magnitude);
           }
           // Forward: o = sum_j p v with p off by a factor within e^(+-2 max E_s).
           const double forward_rho = std::exp(2 * max_es) - 1;
@@ -339,10 +345,6 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
                               dw_weight.data(), g_weight.data(), dx.data(), d_dw_weight.data(),
                               d_dw_bias.data(), d_g_weight.data(), d_g_bias.data(), scratch.data());
 
-  const double rounding = 2 * kUnit + kUnit * kUnit;
-  auto slack = [](int64_t terms, double magnitude) {
-    return double(terms + 2) * std::ldexp(1.0, -24) * magnitude;
-  };
   // out[b, t, c] = bias + sum over taps a and inputs i of c's group of dw[b, t + a, i] tap(c, i, a).
   auto tap = [&](int64_t c, int64_t i, int64_t a) { return double(g_weight[size_t((c * D + i) * K1 + a)]); };
   double worst = 0;
@@ -357,7 +359,8 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
             magnitude += std::abs(term);
           }
         }
-        const double bound = rounding * magnitude + slack(D * K1, magnitude + std::abs(g_bias[size_t(c)]));
+        const double bound =
+            kProductRounding * magnitude + f32_accumulation(D * K1, magnitude + std::abs(g_bias[size_t(c)]));
         worst = std::max(worst, std::abs(out16[size_t((b * S + t) * C + c)] - exact) / bound);
       }
     }
@@ -380,7 +383,8 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
           }
         }
         d_dw[size_t((b * L + j) * C + c)] = sum;
-        d_dw_bound[size_t((b * L + j) * C + c)] = rounding * magnitude + slack(D * K1, magnitude);
+        d_dw_bound[size_t((b * L + j) * C + c)] =
+            kProductRounding * magnitude + f32_accumulation(D * K1, magnitude);
       }
     }
   }
@@ -394,7 +398,7 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
       magnitude += std::abs(factor * values[at]);
       ++terms;
     }
-    double error_bound() const { return bound + double(terms + 2) * std::ldexp(1.0, -24) * magnitude; }
+    double error_bound() const { return bound + f32_accumulation(terms, magnitude); }
   };
   worst = 0;
   for (int64_t b = 0; b < B; ++b) {  // dx[b, s, c] = sum over a of w[c, a] d_dw[b, s + pad - a, c]
@@ -412,8 +416,8 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
   }
   EXPECT_LE(worst, 1.0) << "dx";
   double worst_weight = 0, worst_bias = 0;
-  for (int64_t c = 0; c < C;
-       ++c) {  // over every (b, j): d_dw x[b, j + a - pad] for the weight, d_dw for the bias
+  // Over every (b, j): d_dw x[b, j + a - pad] for the weight, d_dw for the bias.
+  for (int64_t c = 0; c < C; ++c) {
     Sum bias;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t j = 0; j < L; ++j) bias.add(1.0, size_t((b * L + j) * C + c), d_dw, d_dw_bound);
@@ -449,7 +453,7 @@ TEST_F(Bf16, ConvolutionStaysWithinTheRoundingBounds) {
             magnitude += std::abs(term);
           }
         }
-        const double bound = rounding * magnitude + slack(B * S, magnitude);
+        const double bound = kProductRounding * magnitude + f32_accumulation(B * S, magnitude);
         worst = std::max(worst, std::abs(d_g_weight[size_t((c * D + i) * K1 + a)] - exact) / bound);
       }
     }
