@@ -77,9 +77,9 @@ struct QueryBlock {
   }
 };
 
-// A per-thread buffer that keeps its capacity, so steady-state steps allocate nothing.
+// A per-thread buffer (slots 0-4) that keeps its capacity, so steady-state steps allocate nothing.
 float* thread_scratch(size_t floats, int slot) {
-  thread_local std::vector<float> buffers[6];
+  thread_local std::vector<float> buffers[5];
   std::vector<float>& buffer = buffers[slot];
   if (buffer.size() < floats) buffer.resize(floats);
   return buffer.data();
