@@ -46,6 +46,8 @@ struct ProductCase {
   Trans ta, tb;
   float alpha, beta;
   int64_t pad;  // extra elements per stored row (leading dimension > row length)
+  bool bf16_inputs =
+      false;  // A and B handed over in bf16 (read in place) rather than f32 (rounded by the op)
 };
 
 void check_product(const ProductCase& p) {
@@ -56,8 +58,12 @@ void check_product(const ProductCase& p) {
   const std::vector<float> a = random_matrix(a_rows * lda, 1), b = random_matrix(b_rows * ldb, 2);
   const std::vector<float> c0 = random_matrix(p.m * ldc, 3);
   std::vector<float> c = c0;
-  cpu_ops().gemm(Precision::BF16, p.ta, p.tb, p.m, p.n, p.k, p.alpha, a.data(), lda, b.data(), ldb, p.beta,
-                 c.data(), ldc);
+  std::vector<BFloat16> a16(a.size()), b16(b.size());
+  cpu_ops().convert_to_bf16(a.data(), int64_t(a.size()), a16.data());
+  cpu_ops().convert_to_bf16(b.data(), int64_t(b.size()), b16.data());
+  cpu_ops().gemm(Precision::BF16, p.ta, p.tb, p.m, p.n, p.k, p.alpha,
+                 p.bf16_inputs ? Operand(a16.data()) : Operand(a.data()), lda,
+                 p.bf16_inputs ? Operand(b16.data()) : Operand(b.data()), ldb, p.beta, c.data(), ldc);
   auto at = [&](int64_t i, int64_t l) { return ta ? a[size_t(l * lda + i)] : a[size_t(i * lda + l)]; };
   auto bt = [&](int64_t l, int64_t j) { return tb ? b[size_t(j * ldb + l)] : b[size_t(l * ldb + j)]; };
   double worst_exact = 0, worst_rounded = 0;
@@ -98,10 +104,15 @@ class Bf16 : public ::testing::Test {
 TEST_F(Bf16, ProductsStayWithinTheRoundingBound) {
   for (Trans ta : {Trans::No, Trans::Yes}) {
     for (Trans tb : {Trans::No, Trans::Yes}) {
-      check_product({64, 48, 32, ta, tb, 1.0f, 0.0f, 0});   // no padding anywhere
-      check_product({37, 20, 50, ta, tb, 1.0f, 1.0f, 3});   // m and k padded, accumulating, strided
-      check_product({300, 17, 9, ta, tb, 0.5f, -2.0f, 0});  // m past the first buckets, scaled
-      check_product({5, 33, 290, ta, tb, 1.0f, 0.0f, 1});   // a long sum padded to its bucket
+      for (bool bf16_inputs : {false, true}) {
+        // m and k of fixed sizes (a primitive of their own), or not (given at run time)
+        check_product({64, 48, 32, ta, tb, 1.0f, 0.0f, 0, bf16_inputs});
+        check_product({37, 20, 50, ta, tb, 1.0f, 1.0f, 3, bf16_inputs});   // accumulating, strided
+        check_product({64, 20, 50, ta, tb, 1.0f, 1.0f, 2, bf16_inputs});   // k alone at run time
+        check_product({37, 20, 64, ta, tb, 1.0f, 0.0f, 2, bf16_inputs});   // m alone at run time
+        check_product({300, 17, 9, ta, tb, 0.5f, -2.0f, 0, bf16_inputs});  // m past 256, scaled
+        check_product({5, 33, 290, ta, tb, 1.0f, 0.0f, 1, bf16_inputs});   // a long sum
+      }
     }
   }
 }
@@ -162,28 +173,33 @@ TEST_F(Bf16, FewRowsAgainstBf16WeightsStayWithinTheRoundingBound) {
 }
 
 TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
-  const int64_t n = 32, k = 48;
-  const std::vector<float> a = random_matrix(700 * k, 6), b = random_matrix(k * n, 7);
-  std::vector<float> c(size_t(700 * n));
-  const int64_t before = cpu_bf16_matmul().primitives();
-  std::vector<int64_t> buckets;
-  for (int64_t m = 1; m <= 700; ++m) {
-    cpu_ops().gemm(Precision::BF16, Trans::No, Trans::No, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                   c.data(), n);
-    if (buckets.empty() || buckets.back() != bf16_bucket(m)) buckets.push_back(bf16_bucket(m));
+  const int64_t n = 32, k = 48, most = 700;
+  const std::vector<float> a = random_matrix(most * k, 6), b = random_matrix(k * n, 7);
+  std::vector<float> c(size_t(most * n));
+  // A stored [m, k] or transposed [k, m] inside a [k, most] buffer (its stride fixed, as an expert's rows
+  // are inside a layer's).
+  for (Trans ta : {Trans::No, Trans::Yes}) {
+    const int64_t before = cpu_bf16_matmul().primitives();
+    int64_t fixed_sizes = 0;
+    for (int64_t m = 1; m <= most; ++m) {
+      cpu_ops().gemm(Precision::BF16, ta, Trans::No, m, n, k, 1.0f, a.data(), ta == Trans::Yes ? most : k,
+                     b.data(), n, 0.0f, c.data(), n);
+      fixed_sizes += bf16_fixed_size(m);
+    }
+    // One primitive per fixed size, and one more that serves every other size.
+    EXPECT_LE(cpu_bf16_matmul().primitives() - before, fixed_sizes + 1);
+    EXPECT_LE(fixed_sizes, 16 + 3 * 16);  // 16 up to 256, then 16 per doubling
   }
-  EXPECT_LE(cpu_bf16_matmul().primitives() - before, int64_t(buckets.size()));
-  EXPECT_LE(buckets.size(), 16u + 3 * 16u);  // 16 up to 256, then 16 per doubling
 }
 
-TEST(Bf16Bucket, PadsByAtMostASixteenthPastTheFirstBuckets) {
-  for (int64_t size = 1; size <= 100000; ++size) {
-    const int64_t bucket = bf16_bucket(size);
-    ASSERT_GE(bucket, size);
-    if (size > 256) {
-      ASSERT_LE(double(bucket - size), double(size) / 16) << size;
-    }
-    ASSERT_EQ(bf16_bucket(bucket), bucket);
+TEST(Bf16FixedSize, SixteenPerDoublingPastTheFirst256) {
+  int64_t up_to_256 = 0;
+  for (int64_t size = 1; size <= 256; ++size) up_to_256 += bf16_fixed_size(size);
+  EXPECT_EQ(up_to_256, 16);
+  for (int64_t from = 256; from < 100000; from *= 2) {
+    int64_t count = 0;
+    for (int64_t size = from + 1; size <= 2 * from; ++size) count += bf16_fixed_size(size);
+    EXPECT_EQ(count, 16) << "(" << from << ", " << 2 * from << "]";
   }
 }
 

@@ -17,28 +17,19 @@
 
 namespace zaya {
 
-namespace {
-
-int64_t bucket_step(int64_t size) {
-  return size <= 256 ? 16 : int64_t(std::bit_floor(uint64_t(size))) / 16;
-}
-
-}  // namespace
-
-int64_t bf16_bucket(int64_t size) {
-  const int64_t step = bucket_step(size);
-  return (size + step - 1) / step * step;
-}
-
-int64_t bf16_bucket_below(int64_t size) {
-  return size / bucket_step(size) * bucket_step(size);
+bool bf16_fixed_size(int64_t size) {
+  const int64_t step = size <= 256 ? 16 : int64_t(std::bit_floor(uint64_t(size))) / 16;
+  return size % step == 0;
 }
 
 namespace {
 
 using dnnl::memory;
 
-// Everything that decides a primitive: the padded shape, the layouts and the two scalars.
+// A size given when the product runs, not when its primitive is made (oneDNN's runtime dimension).
+constexpr int64_t kRuntime = DNNL_RUNTIME_DIM_VAL;
+
+// Everything that decides a primitive: the shape (m and k may be kRuntime), the layouts and the two scalars.
 struct Key {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
@@ -81,26 +72,14 @@ void round_to_bf16(const float* src, int64_t count, BFloat16* dst) {
 
 namespace {
 
-// Copies a stored [rows, cols] matrix (row stride ld, f32 or bf16) into contiguous bf16 [rows_to, cols_to],
-// zeros in the padding.
-void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows_to, int64_t cols_to,
-               std::vector<BFloat16>& out) {
-  out.resize(size_t(rows_to * cols_to));
+// Rounds a stored f32 [rows, cols] matrix with row stride ld into bf16 with the same layout (the
+// product's primitive is then the one its bf16 copy would use: with runtime sizes, a stride of its own
+// would make a primitive per size).
+void round_matrix_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<BFloat16>& out) {
+  out.resize(size_t((rows - 1) * ld + cols));
   BFloat16* dst = out.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows_to; ++r) {
-    BFloat16* row = dst + r * cols_to;
-    int64_t c = 0;
-    if (r < rows) {
-      if (src.type == DType::F32) {
-        round_to_bf16(static_cast<const float*>(src.data) + r * ld, cols, row);
-      } else {
-        std::memcpy(row, static_cast<const BFloat16*>(src.data) + r * ld, size_t(cols) * sizeof(BFloat16));
-      }
-      c = cols;
-    }
-    for (; c < cols_to; ++c) row[c].bits = 0;
-  }
+  for (int64_t r = 0; r < rows; ++r) round_to_bf16(src + r * ld, cols, dst + r * ld);
 }
 
 }  // namespace
@@ -108,13 +87,12 @@ void pack_bf16(Operand src, int64_t rows, int64_t cols, int64_t ld, int64_t rows
 // A primitive and the size of the scratchpad it asks for (user-managed, so that threads can run it at once).
 struct Primitive {
   dnnl::matmul matmul;
-  memory::desc a, b, c, scratchpad;
+  memory::desc scratchpad;
 };
 
-// What one thread needs to run products: its stream, its packed operands and scratchpad, and the memory
-// objects of each primitive it has run (made once: creating a memory object allocates, and a step runs
-// thousands of products). Products run concurrently from the threads of a parallel loop (Muon's
-// Newton-Schulz), one workspace each.
+// What one thread needs to run products: its stream, its rounded operands and scratchpad, and the memory
+// objects of each fixed-shape primitive it has run (made once: a step runs thousands of products).
+// Products run concurrently from the threads of a parallel loop (Muon's Newton-Schulz), one workspace each.
 struct Workspace {
   std::mutex mutex;  // threads outside OpenMP regions share workspace 0
   dnnl::stream stream;
@@ -122,8 +100,7 @@ struct Workspace {
     memory a, b, c, scratchpad;
   };
   std::unordered_map<const Primitive*, Bound> bound;
-  std::vector<BFloat16> a, b;  // packed operands
-  std::vector<float> c;        // the padded output, when m was padded
+  std::vector<BFloat16> a, b;  // f32 operands rounded to bf16
   AlignedBuffer scratchpad;    // the primitives' scratchpad
 
   explicit Workspace(const dnnl::engine& engine) : stream(engine) {}
@@ -154,8 +131,7 @@ struct Bf16Matmul::State {
     }
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
-      return primitives.emplace(key, Primitive{dnnl::matmul(pd), a_md, b_md, c_md, pd.scratchpad_desc()})
-          .first->second;
+      return primitives.emplace(key, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
     } catch (const dnnl::error& e) {
       throw Error(cat("oneDNN has no bf16 matmul for this CPU (", e.what(), "); use precision \"fp32\""));
     }
@@ -417,95 +393,66 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
     }
     // An f32 weight is rounded first, so that it gives the bits its bf16 copy gives (the model passes bf16
     // copies; this serves callers that do not).
-    thread_local std::vector<BFloat16> weights;  // [n, k]
-    pack_bf16(b, n, k, ldb, n, k, weights);
-    few_rows_product(m, n, k, alpha, a, lda, weights.data(), k, beta, c, ldc);
-    return;
-  }
-  const int64_t mp = bf16_bucket(m), kp = bf16_bucket(k);
-  // Rows past the last bucket below m run as a second product: the bulk then writes C directly, and only
-  // the few rows left over go through padded scratch.
-  if (const int64_t bulk = bf16_bucket_below(m); mp != m && bulk > 0) {
-    run(trans_a, trans_b, bulk, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    run(trans_a, trans_b, m - bulk, n, k, alpha, a.offset(ta ? bulk : bulk * lda), lda, b, ldb, beta,
-        c + bulk * ldc, ldc);
-    return;
-  }
-  // The same for a long sum: the bulk of k reads the operands in place, the rest is added to it. The second
-  // product reads and writes all of C again, which costs more than padding the operands when k is short
-  // next to m and n (an expert's weight gradient, k = its rows): split only when k is at least their
-  // harmonic mean.
-  if (const int64_t bulk = bf16_bucket_below(k); kp != k && bulk > 0 && k * (m + n) >= 2 * m * n) {
-    run(trans_a, trans_b, m, n, bulk, alpha, a, lda, b, ldb, beta, c, ldc);
-    run(trans_a, trans_b, m, n, k - bulk, alpha, a.offset(ta ? bulk * lda : bulk), lda,
-        b.offset(tb ? bulk : bulk * ldb), ldb, 1.0f, c, ldc);
+    thread_local std::vector<BFloat16> weights;  // [n, k], row stride ldb
+    round_matrix_to_bf16(static_cast<const float*>(b.data), n, k, ldb, weights);
+    few_rows_product(m, n, k, alpha, a, lda, weights.data(), ldb, beta, c, ldc);
     return;
   }
   Workspace& w = state_->workspace();
   std::lock_guard lock(w.mutex);
-  // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]); a bf16 operand that needs no padding is
-  // read where it is, any other is packed contiguous.
+  // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]): bf16 operands are read where they
+  // are, f32 ones rounded into scratch first.
   const void* a_data = a.data;
-  if (a.type != DType::BF16 || mp != m || kp != k) {
-    ta ? pack_bf16(a, k, m, lda, kp, mp, w.a) : pack_bf16(a, m, k, lda, mp, kp, w.a);
+  if (a.type != DType::BF16) {
+    const float* values = static_cast<const float*>(a.data);
+    ta ? round_matrix_to_bf16(values, k, m, lda, w.a) : round_matrix_to_bf16(values, m, k, lda, w.a);
     a_data = w.a.data();
-    lda = ta ? mp : kp;
   }
   const void* b_data = b.data;
-  if (b.type != DType::BF16 || kp != k) {
-    tb ? pack_bf16(b, n, k, ldb, n, kp, w.b) : pack_bf16(b, k, n, ldb, kp, n, w.b);
+  if (b.type != DType::BF16) {
+    const float* values = static_cast<const float*>(b.data);
+    tb ? round_matrix_to_bf16(values, n, k, ldb, w.b) : round_matrix_to_bf16(values, k, n, ldb, w.b);
     b_data = w.b.data();
-    ldb = tb ? kp : n;
   }
-  // With padded rows the product lands in scratch first; beta is then applied on the way back.
-  const bool direct = mp == m;
-  const float fused_beta = direct ? beta : 0.0f;
+  // m or k of any other than a fixed size (an expert's rows) is given at run time, so that one primitive
+  // serves every size: oneDNN then multiplies with its gemm kernels, which run those shapes as fast as its
+  // brgemm ones run a fixed shape (measured within 3% either way on the experts' products), and the operands
+  // need no padded copies (the experts' weight gradients took 10-15% longer padded).
+  const bool runtime_m = !bf16_fixed_size(m), runtime_k = !bf16_fixed_size(k);
   const Key key{ta,
                 tb,
-                mp,
+                runtime_m ? kRuntime : m,
                 n,
-                kp,
+                runtime_k ? kRuntime : k,
                 lda,
                 ldb,
-                direct ? ldc : n,
+                ldc,
                 std::bit_cast<uint32_t>(alpha),
-                std::bit_cast<uint32_t>(fused_beta),
+                std::bit_cast<uint32_t>(beta),
                 omp_in_parallel() ? 1 : omp_get_max_threads()};
   const Primitive& product = state_->primitive(key);
-  float* out = c;
-  if (!direct) {
-    w.c.resize(size_t(mp * n));
-    out = w.c.data();
-  }
   if (w.scratchpad.size() < product.scratchpad.get_size())
     w.scratchpad = AlignedBuffer(product.scratchpad.get_size());
+  const dnnl::engine& engine = state_->engine;
   auto [it, made] = w.bound.try_emplace(&product);
   Workspace::Bound& bound = it->second;
-  if (made) {
-    const dnnl::engine& engine = state_->engine;
-    bound = {memory(product.a, engine, nullptr), memory(product.b, engine, nullptr),
-             memory(product.c, engine, nullptr), memory(product.scratchpad, engine, nullptr)};
+  if (made || runtime_m || runtime_k) {
+    // A runtime size takes memory objects of this call's sizes.
+    const auto bf16 = memory::data_type::bf16;
+    bound = {memory(matrix_desc(m, k, lda, ta, bf16), engine, nullptr),
+             memory(matrix_desc(k, n, ldb, tb, bf16), engine, nullptr),
+             memory(matrix_desc(m, n, ldc, false, memory::data_type::f32), engine, nullptr),
+             memory(product.scratchpad, engine, nullptr)};
   }
   bound.a.set_data_handle(const_cast<void*>(a_data));
   bound.b.set_data_handle(const_cast<void*>(b_data));
-  bound.c.set_data_handle(out);
+  bound.c.set_data_handle(c);
   bound.scratchpad.set_data_handle(w.scratchpad.data());
   product.matmul.execute(w.stream, {{DNNL_ARG_SRC, bound.a},
                                     {DNNL_ARG_WEIGHTS, bound.b},
                                     {DNNL_ARG_DST, bound.c},
                                     {DNNL_ARG_SCRATCHPAD, bound.scratchpad}});
   w.stream.wait();
-  if (direct) return;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
-    const float* from = w.c.data() + i * n;
-    float* to = c + i * ldc;
-    if (beta == 0.0f) {
-      std::memcpy(to, from, size_t(n) * sizeof(float));
-    } else {
-      for (int64_t j = 0; j < n; ++j) to[j] = from[j] + beta * to[j];
-    }
-  }
 }
 
 Bf16Matmul& cpu_bf16_matmul() {

@@ -2,12 +2,10 @@
 // bf16 matrix products on the CPU: oneDNN's matmul primitive (AMX or AVX512-BF16 kernels, f32
 // accumulation), created once per shape and kept. f32 operands are rounded to bf16 into scratch owned here.
 //
-// The rows an expert receives change every step, so the sizes that vary (m and k) are rounded up to a
-// short list of buckets and the operands padded with zeros: a run creates a bounded number of primitives
-// (creating one costs ~0.5 ms, as much as the product of an expert's rows) and pays at most 6.25% padding.
-// m and k are split instead at the bucket below them, so that the bulk of the product reads its operands
-// and writes its output in place and only the rest goes through padded scratch (a vocabulary of 50000
-// would otherwise copy the whole head and its output for every chunk).
+// The rows an expert receives change every step. Sizes of m and k on a short list (bf16_fixed_size) get
+// primitives of their own (creating one costs ~0.5 ms, as much as the product of an expert's rows); any
+// other size shares a primitive whose m or k is given at run time. A run thus creates a bounded number of
+// primitives, and every operand is read in place.
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +23,7 @@ class Bf16Matmul {
   // run their products at once (each with its own workspace); other callers take turns.
   void run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda,
            Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
-  // Primitives created so far (bounded by the buckets; tested).
+  // Primitives created so far (bounded by the fixed sizes; tested).
   int64_t primitives() const;
 
  private:
@@ -37,11 +35,9 @@ class Bf16Matmul {
 // so that the loop vectorises). Serial: callers split the work over threads.
 void round_to_bf16(const float* src, int64_t count, BFloat16* dst);
 
-// The size a varying dimension is padded to: a multiple of 16 up to 256, then of 1/16th of the power of
-// two at or below it.
-int64_t bf16_bucket(int64_t size);
-// The largest bucket at or below size (0 below 16).
-int64_t bf16_bucket_below(int64_t size);
+// Whether a size of m or k gets primitives of its own: multiples of 16 up to 256, then of 1/16th of the
+// power of two at or below it (16 sizes per doubling).
+bool bf16_fixed_size(int64_t size);
 
 Bf16Matmul& cpu_bf16_matmul();
 
