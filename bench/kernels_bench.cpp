@@ -148,10 +148,13 @@ BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"sequences", "length"})
     ->Unit(benchmark::kMicrosecond);
 
-// Attention of one `medium` layer (4 x 512 tokens, 8 query and 2 key-value heads of 128), forward or
-// backward, in f32 or bf16 products.
+// Attention of one layer of 4 x 512 tokens, forward or backward, in f32 or bf16 products: `medium`'s (8
+// query and 2 key-value heads of 128, shape 0) or 12 query and 4 key-value heads of 64 (groups of 3, whose
+// blocks' rows need choosing with the bf16 products' buckets in mind), without a window (1) or in a sliding
+// window of 256 (2).
 void BM_Attention(benchmark::State& state) {
-  const AttentionShape shape{4, 512, 8, 2, 128, 0};
+  const AttentionShape shapes[] = {{4, 512, 8, 2, 128, 0}, {4, 512, 12, 4, 64, 0}, {4, 512, 12, 4, 64, 256}};
+  const AttentionShape shape = shapes[state.range(2)];
   const int64_t tokens = shape.batch * shape.seq, qn = tokens * shape.heads * shape.head_dim,
                 kn = tokens * shape.kv_heads * shape.head_dim;
   std::vector<float> q = random_floats(size_t(qn), 1), k = random_floats(size_t(kn), 2),
@@ -174,8 +177,8 @@ void BM_Attention(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Attention)
-    ->ArgsProduct({{0, 1}, {0, 1}})
-    ->ArgNames({"backward", "bf16"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1, 2}})
+    ->ArgNames({"backward", "bf16", "shape"})
     ->Unit(benchmark::kMillisecond);
 
 // What the decode engine does per generated token on the host, over a row of `medium`'s 32768 logits

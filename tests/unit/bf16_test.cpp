@@ -211,7 +211,9 @@ TEST(Bf16FixedSize, SixteenPerDoublingPastTheFirst256) {
 // in f32: (terms + 2) 2^-23 of the magnitudes, and 2^-18 of them for exp and the row sums.
 class Bf16Attention : public Bf16 {
  protected:
-  static constexpr int64_t B = 2, S = 150, H = 4, KV = 2, D = 24;  // 3 query blocks, D padded to 32
+  // Groups of 3 query heads: blocks of 42 positions in f32, 32 in bf16 (96 rows, whole row buckets), the
+  // last one partial; D padded to 32.
+  static constexpr int64_t B = 2, S = 150, H = 6, KV = 2, D = 24;
   static constexpr float kScale = 0.3f;
   std::vector<float> q = random_matrix(B * S * H * D, 21), k = random_matrix(B * S * KV * D, 22),
                      v = random_matrix(B * S * KV * D, 23), dout = random_matrix(B * S * H * D, 24);
