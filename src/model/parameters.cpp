@@ -150,8 +150,12 @@ ParameterStore::ParameterStore(const ModelDims& dims, ParameterTable table, Memo
     : memory_(memory),
       dims_(dims),
       table_(std::move(table)),
-      values_(size_t(table_.total_floats()) * sizeof(float), memory),
-      grads_(size_t(table_.total_floats()) * sizeof(float), memory) {}
+      values_(size_t(table_.total_floats()) * sizeof(float), memory) {}
+
+float* ParameterStore::grads() {
+  if (!holds_grads()) grads_ = AlignedBuffer(size_t(table_.total_floats()) * sizeof(float), memory_);
+  return grads_.as<float>();
+}
 
 TensorView ParameterStore::value_view(const ParamInfo& param) const {
   return {const_cast<float*>(value(param)), DType::F32, param.shape};

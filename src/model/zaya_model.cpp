@@ -25,7 +25,6 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       dims_(params.dims()),
       precision_(precision),
       w_(bind_weights(params.table(), dims_, params.values())),
-      g_(bind_weights(params.table(), dims_, params.grads())),
       arena_(0, ops.memory()),
       scratch_(0, ops.memory()),
       layers_(size_t(dims_.layers)),
@@ -104,6 +103,12 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   scratch_.reset();
   loss_scale_ = loss_scale;
   training_ = train;
+  // The gradients are bound at the first training pass, which makes the store allocate them: a model that
+  // only runs forward never holds them.
+  if (train && !grads_bound_) {
+    g_ = bind_weights(params_.table(), dims_, params_.grads());
+    grads_bound_ = true;
+  }
   reset_step_sums();
   // The ops read the batch from the backend's memory; the host keeps its own arrays.
   Batch batch = host_batch;

@@ -194,7 +194,8 @@ class ZayaModel {
   Communicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
   std::function<void(int64_t)> layer_backward_hook_;
-  bool training_ = false;  // the current pass is forward_backward's
+  bool training_ = false;     // the current pass is forward_backward's
+  bool grads_bound_ = false;  // g_ is bound (at the first training pass)
   float loss_scale_ = 0;
   float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
   float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output

@@ -264,6 +264,25 @@ TEST(ZayaModel, ForwardAloneGivesTheSameLossAndLeavesGradientsAlone) {
   EXPECT_NEAR(inference / (2 * 16), std::log(double(tiny_batch.config.vocab_size)), 0.05);
 }
 
+// Serving, scoring and generating run forward only: the store then never allocates its gradients (as much
+// memory as the f32 values). The first training pass allocates them, with or without zero_grads before it,
+// and both orders give the same bits.
+TEST(ZayaModel, HoldsGradientsOnlyOnceItTrains) {
+  TinyBatch lazy, eager;
+  ZayaModel lazy_model(lazy.params, cpu_ops()), eager_model(eager.params, cpu_ops());
+  lazy_model.forward(lazy.batch());
+  EXPECT_FALSE(lazy.params.holds_grads());
+  lazy_model.forward_backward(lazy.batch(), 1.0f);
+  ASSERT_TRUE(lazy.params.holds_grads());
+  eager.params.zero_grads();
+  eager_model.forward_backward(eager.batch(), 1.0f);
+  const size_t bytes = size_t(lazy.params.table().total_floats()) * sizeof(float);
+  EXPECT_EQ(std::memcmp(lazy.params.grads(), eager.params.grads(), bytes), 0);
+  EXPECT_NE(std::count(lazy.params.grads(), lazy.params.grads() + bytes / sizeof(float), 0.0f),
+            int64_t(bytes / sizeof(float)))
+      << "the pass wrote gradients";
+}
+
 // The host reads a device value only through Ops::read_to_host, and a step does so a fixed, small number
 // of times: once per layer for the expert offsets (they size the experts' products; backward reuses them),
 // once for the loss with the router statistics, and once for the optimizer's gradient norm.
