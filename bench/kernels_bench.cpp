@@ -179,8 +179,7 @@ BENCHMARK(BM_AttentionDecode)
 
 // Attention of one layer of 4 x 512 tokens, forward or backward, in f32 or bf16 products: `medium`'s (8
 // query and 2 key-value heads of 128, shape 0) or 12 query and 4 key-value heads of 64 (groups of 3, whose
-// blocks' rows need choosing with the bf16 products' buckets in mind), without a window (1) or in a sliding
-// window of 256 (2).
+// blocks' rows bf16 makes a multiple of 16), without a window (1) or in a sliding window of 256 (2).
 void BM_Attention(benchmark::State& state) {
   const AttentionShape shapes[] = {{4, 512, 8, 2, 128, 0}, {4, 512, 12, 4, 64, 0}, {4, 512, 12, 4, 64, 256}};
   const AttentionShape shape = shapes[state.range(2)];
