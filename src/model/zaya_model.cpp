@@ -290,7 +290,7 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
   if (!keep_logits && !batch.labels && !train) return;  // nothing asked of the head (a prefill)
   // Chunks of at most the backend's loss_chunk_logits bound the scratch whatever the vocabulary: as few as
   // that allows, of one size (a remainder of a few rows would make a product too shallow to run at speed),
-  // a multiple of 16 rows so that bf16 products need no padding.
+  // a multiple of 16 rows (up to 511 rows, a size the bf16 products make a primitive of its own for).
   const int64_t most = std::max<int64_t>(16, ops_.loss_chunk_logits() / V / 16 * 16);
   const int64_t chunks = (T + most - 1) / most;
   const int64_t chunk = std::min(T, ((T + chunks - 1) / chunks + 15) / 16 * 16);

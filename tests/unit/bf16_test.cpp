@@ -46,8 +46,8 @@ struct ProductCase {
   Trans ta, tb;
   float alpha, beta;
   int64_t pad;  // extra elements per stored row (leading dimension > row length)
-  bool bf16_inputs =
-      false;  // A and B handed over in bf16 (read in place) rather than f32 (rounded by the op)
+  // A and B handed over in bf16 (read in place) rather than f32 (rounded by the op).
+  bool bf16_inputs = false;
 };
 
 void check_product(const ProductCase& p) {
@@ -211,8 +211,8 @@ TEST(Bf16FixedSize, SixteenPerDoublingPastTheFirst256) {
 // in f32: (terms + 2) 2^-23 of the magnitudes, and 2^-18 of them for exp and the row sums.
 class Bf16Attention : public Bf16 {
  protected:
-  // Groups of 3 query heads: blocks of 42 positions in f32, 32 in bf16 (96 rows, whole row buckets), the
-  // last one partial; D padded to 32.
+  // Groups of 3 query heads: blocks of 42 positions in f32, 32 in bf16 (96 rows, a fixed size of the bf16
+  // products), the last one partial; D padded to 32.
   static constexpr int64_t B = 2, S = 150, H = 6, KV = 2, D = 24;
   static constexpr float kScale = 0.3f;
   std::vector<float> q = random_matrix(B * S * H * D, 21), k = random_matrix(B * S * KV * D, 22),

@@ -29,8 +29,9 @@ namespace {
 // and better than 256 (whose buffers spill out of L2). A larger group takes fewer positions.
 constexpr int64_t kQueryBlock = 64, kStackedRows = 128;
 
-// In bf16 a block's rows are also a multiple of 16, one of the sizes the bf16 products make primitives for
-// (bf16_fixed_size; other sizes go through oneDNN's runtime-size kernels, slower at these small shapes):
+// In bf16 a block's rows are also a multiple of 16, the step of the sizes up to 256 that the bf16 products
+// make primitives for (bf16_fixed_size; other sizes go through oneDNN's runtime-size kernels, slower at these
+// small shapes; a search for a fixed size among the multiples of a large odd group would never end):
 // with groups of 3, 42 positions (126 rows) took 12-17% longer than 32 (96 rows), forward and backward, on
 // a layer of 4 x 512 tokens. f32 products have no such sizes, and keep their blocks (and their exact sums).
 constexpr int64_t kBf16SizeStep = 16;
