@@ -10,17 +10,25 @@ Arena::Arena(size_t initial_bytes, MemoryResource& memory) : memory_(&memory) {
 
 void Arena::add_block(size_t bytes) {
   blocks_.emplace_back(align_up(bytes), *memory_);
+  current_ = blocks_.size() - 1;
   offset_ = 0;
   ++system_allocations_;
 }
 
 void* Arena::allocate(size_t bytes) {
   bytes = align_up(std::max<size_t>(bytes, 1));
-  if (blocks_.empty() || offset_ + bytes > blocks_.back().size()) {
-    const size_t last = blocks_.empty() ? 0 : blocks_.back().size();
-    add_block(std::max(bytes, 2 * last));
+  if (blocks_.empty() || offset_ + bytes > blocks_[current_].size()) {
+    if (current_ + 1 < blocks_.size() && bytes <= blocks_[current_ + 1].size()) {
+      ++current_;  // a block a rewind passed
+      offset_ = 0;
+    } else {
+      // Blocks past this one are too small for it: a new one, twice the last, replaces them.
+      const size_t last = blocks_.empty() ? 0 : blocks_[current_].size();
+      if (!blocks_.empty()) blocks_.resize(current_ + 1);
+      add_block(std::max(bytes, 2 * last));
+    }
   }
-  void* out = static_cast<char*>(blocks_.back().data()) + offset_;
+  void* out = static_cast<char*>(blocks_[current_].data()) + offset_;
   offset_ += bytes;
   used_ += bytes;
   high_water_ = std::max(high_water_, used_);
@@ -28,19 +36,18 @@ void* Arena::allocate(size_t bytes) {
 }
 
 void Arena::rewind(const Mark& mark) {
-  // Blocks added after the mark are dropped; the high-water mark already accounts for them.
-  while (blocks_.size() > mark.block + 1) blocks_.pop_back();
+  current_ = mark.block;
   offset_ = mark.offset;
   used_ = mark.used;
 }
 
 void Arena::reset() {
-  // One block of the high-water size serves every later step; rewinds may have dropped the blocks that
-  // held the peak, so the fold is decided on capacity, not on the block count.
+  // One block of the high-water size serves every later step of this shape.
   if (blocks_.size() > 1 || capacity() < high_water_) {
     blocks_.clear();
     add_block(high_water_);
   }
+  current_ = 0;
   offset_ = 0;
   used_ = 0;
 }

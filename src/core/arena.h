@@ -22,11 +22,13 @@ class Arena {
     return static_cast<T*>(allocate(count * sizeof(T)));
   }
 
-  // A position to rewind to, for scratch that lives shorter than the step (last in, first out).
+  // A position to rewind to, for scratch that lives shorter than the step (last in, first out). The blocks
+  // a rewind passes stay, and the allocations after it fill them again: a step that rewinds after each layer
+  // maps (and the host zeroes) its blocks once, not once per layer.
   struct Mark {
     size_t block = 0, offset = 0, used = 0;
   };
-  Mark mark() const { return {blocks_.empty() ? 0 : blocks_.size() - 1, offset_, used_}; }
+  Mark mark() const { return {current_, offset_, used_}; }
   void rewind(const Mark& mark);
 
   // Ends the step: everything allocated since the last reset is released.
@@ -42,8 +44,9 @@ class Arena {
 
   MemoryResource* memory_;
   std::vector<AlignedBuffer> blocks_;
-  size_t offset_ = 0;  // into blocks_.back()
-  size_t used_ = 0;    // bytes handed out since reset, over all blocks
+  size_t current_ = 0;  // the block allocations come from; those after it were passed by a rewind
+  size_t offset_ = 0;   // into blocks_[current_]
+  size_t used_ = 0;     // bytes handed out since reset, over all blocks
   size_t high_water_ = 0;
   size_t system_allocations_ = 0;
 };

@@ -55,6 +55,26 @@ TEST(Arena, StopsAllocatingAfterWarmUpWithRewinds) {
   EXPECT_EQ(arena.system_allocations(), after_warm_up);
 }
 
+// The first step of a shape too: layers that each outgrow the block they start in map that growth once, not
+// once per layer, and the block they filled is the one the next layer fills again.
+TEST(Arena, RewindKeepsTheBlocksItPasses) {
+  Arena arena(1024);
+  arena.alloc<char>(512);
+  const Arena::Mark mark = arena.mark();
+  void* first = arena.allocate(1 << 16);
+  EXPECT_EQ(arena.system_allocations(), 2u);
+  for (int layer = 0; layer < 4; ++layer) {
+    arena.rewind(mark);
+    EXPECT_EQ(arena.allocate(1 << 16), first);
+  }
+  EXPECT_EQ(arena.system_allocations(), 2u);
+  // Past the kept block's size, a larger one replaces it.
+  arena.rewind(mark);
+  arena.allocate(1 << 17);
+  EXPECT_EQ(arena.system_allocations(), 3u);
+  EXPECT_EQ(arena.capacity(), size_t(1024) + (1 << 17));
+}
+
 TEST(Arena, RewindReusesScratch) {
   Arena arena(1 << 16);
   arena.alloc<float>(100);
