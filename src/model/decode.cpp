@@ -76,7 +76,7 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   std::vector<const float*> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
-    allocate_layer(a, rows, choices + l * B);
+    allocate_layer(a, rows, choices + l * B, f(B * dims_.router));
     const LayerWeights& w = w_.layers[size_t(l)];
     const LayerMatrices& m = m_.layers[size_t(l)];
     const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
@@ -191,13 +191,11 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
   std::vector<int32_t> ids(size_t(count * longest), 0);
   for (int64_t b = 0; b < count; ++b)
     std::copy(prompts[b], prompts[b] + lengths[b], ids.begin() + b * longest);
-  const ForwardResult result =
-      forward({ids.data(), nullptr, nullptr, count, longest}, which == PrefillLogits::Every);
-  // The cache holds what the full pass computed: the keys (normalised, rotated) and values of every
-  // position, the convolution's last input rows, and the last token's delayed value projection (which the
-  // full pass shifted out of its output).
-  for (int64_t l = 0; l < dims_.layers; ++l) {
-    const LayerActivations& a = layers_[size_t(l)];
+  // The cache takes what the full pass computes, layer by layer (a forward-only pass keeps one layer's
+  // activations at a time): the keys (normalised, rotated) and values of every position, the convolution's
+  // last input rows, and the last token's delayed value projection (which the full pass shifted out of its
+  // output).
+  auto fill_caches = [&](int64_t l, const LayerActivations& a) {
     const LayerWeights& w = w_.layers[size_t(l)];
     for (int64_t b = 0; b < count; ++b) {
       const int64_t first = b * longest, end = first + lengths[b],
@@ -210,7 +208,9 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
                 m_.layers[size_t(l)].v_delayed, H, 0.0f, state.delayed.data(), half);
       if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
     }
-  }
+  };
+  const ForwardResult result = run({ids.data(), nullptr, nullptr, count, longest},
+                                   which == PrefillLogits::Every, false, 0, fill_caches);
   for (int64_t b = 0; b < count; ++b) caches[b]->length = lengths[b];
   return which == PrefillLogits::Every ? result.logits : last_logits(lengths, count, longest);
 }

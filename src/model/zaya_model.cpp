@@ -95,10 +95,11 @@ T* ZayaModel::to_device(const T* host, int64_t count) {
   return device;
 }
 
-ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale) {
+ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale,
+                             const LayerCallback& after_layer) {
   check_batch(host_batch, dims_);
   require_experts_reachable();
-  const int64_t T = host_batch.tokens(), H = dims_.hidden;
+  const int64_t T = host_batch.tokens(), H = dims_.hidden, R = dims_.router;
   arena_.reset();
   scratch_.reset();
   loss_scale_ = loss_scale;
@@ -116,14 +117,23 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   batch.labels = to_device(host_batch.labels, T);
   batch.attention_mask = to_device(host_batch.attention_mask, T);
 
-  // Activations, in the same order every step so that the arena reuses one block after warm-up.
+  // Activations, in the same order every step so that the arena reuses one block after warm-up. Training
+  // keeps every layer's for backward. A forward-only pass keeps one layer's at a time (rewound after it):
+  // only the residual stream and the router state go on to the next layer, in two buffers each that the
+  // layers take in turn.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
   expert_choice_ = arena_.alloc<int32_t>(size_t(dims_.layers * T));
-  for (int64_t l = 0; l < dims_.layers; ++l)
-    allocate_layer(layers_[size_t(l)], batch, expert_choice_ + l * T);
-  // Each layer writes its output into the next layer's x_in; the last one into x_final_.
-  layers_[0].x_in = x_embed_;
-  for (int64_t l = 1; l < dims_.layers; ++l) layers_[size_t(l)].x_in = arena_.alloc<float>(size_t(T * H));
+  float* streams[2] = {x_embed_, nullptr};       // forward only: [T, H] each
+  float* router_states[2] = {nullptr, nullptr};  // forward only: [T, R] each
+  if (train) {
+    for (int64_t l = 0; l < dims_.layers; ++l) {
+      allocate_layer(layers_[size_t(l)], batch, expert_choice_ + l * T, arena_.alloc<float>(size_t(T * R)));
+      layers_[size_t(l)].x_in = l == 0 ? x_embed_ : arena_.alloc<float>(size_t(T * H));
+    }
+  } else {
+    streams[1] = arena_.alloc<float>(size_t(T * H));
+    for (float*& state : router_states) state = arena_.alloc<float>(size_t(T * R));
+  }
   x_final_ = arena_.alloc<float>(size_t(T * H));
   rstd_final_ = arena_.alloc<float>(size_t(T));
   xn_final_ = arena_.alloc<float>(size_t(T * H));
@@ -135,7 +145,13 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
     const LayerWeights& w = w_.layers[size_t(l)];
-    float* x_out = l + 1 < dims_.layers ? layers_[size_t(l + 1)].x_in : x_final_;
+    const Arena::Mark layer_mark = arena_.mark();
+    if (!train) {
+      allocate_layer(a, batch, expert_choice_ + l * T, router_states[l % 2]);
+      a.x_in = streams[l % 2];
+    }
+    const bool last = l + 1 == dims_.layers;
+    float* x_out = last ? x_final_ : train ? layers_[size_t(l + 1)].x_in : streams[(l + 1) % 2];
     ops_.rmsnorm_forward(a.x_in, w.input_norm, T, H, dims_.rms_eps, a.xn1, a.rstd1);
     if (batch.attention_mask) ops_.mask_rows(a.xn1, T, H, batch.attention_mask);
     attention_forward(int(l), batch, a);
@@ -145,6 +161,8 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
     moe_forward(int(l), batch, a, l > 0 ? layers_[size_t(l - 1)].rh : nullptr);
     const ResidualScaleWeights& rm = w.mlp_residual;
     ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, T, H, x_out);
+    if (after_layer) after_layer(l, a);
+    if (!train) arena_.rewind(layer_mark);
   }
   ops_.rmsnorm_forward(x_final_, w_.final_norm, T, H, dims_.rms_eps, xn_final_, rstd_final_);
 
@@ -194,7 +212,8 @@ void ZayaModel::read_step_sums(ForwardResult& result) {
   }
 }
 
-void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice) {
+void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice,
+                               float* router_state) {
   const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels(), R = dims_.router;
   auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
   a.rstd1 = f(T);
@@ -216,7 +235,7 @@ void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t*
   a.r1 = f(T * H);
   a.rstd2 = f(T);
   a.xn2 = f(T * H);
-  a.rh = f(T * R);
+  a.rh = router_state;
   a.rn_rstd = f(T);
   a.rn = f(T * R);
   a.f1_pre = f(T * R);
@@ -280,8 +299,20 @@ void ZayaModel::rope_rows(int64_t layer, const int64_t* positions, int64_t count
 void ZayaModel::rope_tables(const Batch& batch) {
   rope_cos_.assign(size_t(dims_.layers), nullptr);
   rope_sin_.assign(size_t(dims_.layers), nullptr);
-  for (int64_t l = 0; l < dims_.layers; ++l)
-    rope_rows(l, nullptr, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
+  // Layers of the same rotary size and base read one table.
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    const LayerDims& dims = dims_.layer[size_t(l)];
+    int64_t same = 0;
+    while (same < l && (dims_.layer[size_t(same)].rotary_dim != dims.rotary_dim ||
+                        dims_.layer[size_t(same)].rope_theta != dims.rope_theta))
+      ++same;
+    if (same < l) {
+      rope_cos_[size_t(l)] = rope_cos_[size_t(same)];
+      rope_sin_[size_t(l)] = rope_sin_[size_t(same)];
+    } else {
+      rope_rows(l, nullptr, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
+    }
+  }
 }
 
 void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train,

@@ -1,6 +1,7 @@
 #pragma once
 // ZayaForCausalLM on a backend: explicit forward and backward passes over the parameter store, with every
 // activation the backward pass needs kept in an arena sized by the first step (no allocation afterwards).
+// A forward-only pass (inference, validation, prefill) keeps one layer's activations at a time.
 
 #include <cstdint>
 #include <functional>
@@ -124,13 +125,20 @@ class ZayaModel {
   ParameterStore& params() { return params_; }
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.
   size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
+  // The most bytes of activations one pass has held so far (the activation arena's high-water mark).
+  size_t activation_bytes() const { return arena_.high_water(); }
 
  private:
-  ForwardResult run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale);
+  // Called after each decoder layer's forward with what it computed (in a forward-only pass, valid only
+  // during the call: the next layer reuses that memory).
+  using LayerCallback = std::function<void(int64_t layer, const LayerActivations& a)>;
+  ForwardResult run(const Batch& host_batch, bool keep_logits, bool train, float loss_scale,
+                    const LayerCallback& after_layer = {});
   // A copy of count host values in the activation arena (the backend's memory); null stays null.
   template <class T>
   T* to_device(const T* host, int64_t count);
-  void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice);
+  // choice: [T] of expert_choice_; router_state: [T, R] (a.rh), which the next layer reads.
+  void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice, float* router_state);
   // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
   // every expert.
   void require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const;

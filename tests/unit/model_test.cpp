@@ -256,12 +256,40 @@ TEST(ZayaModel, ForwardAloneGivesTheSameLossAndLeavesGradientsAlone) {
   ParameterStore& params = tiny_batch.params;
   ZayaModel model(params, cpu_ops());
   params.zero_grads();
-  const double inference = model.forward(tiny_batch.batch()).loss_sum;
+  const ForwardResult forward = model.forward(tiny_batch.batch(), true);
+  const double inference = forward.loss_sum;
+  const int64_t logits = 2 * 17 * tiny_batch.config.vocab_size;
+  const std::vector<float> inference_logits(forward.logits, forward.logits + logits);
   for (int64_t i = 0; i < params.table().total_floats(); ++i) ASSERT_EQ(params.grads()[i], 0.0f);
-  const double training = model.forward_backward(tiny_batch.batch(), 1.0f).loss_sum;
-  EXPECT_EQ(inference, training);
+  const ForwardResult trained = model.forward_backward(tiny_batch.batch(), 1.0f, true);
+  EXPECT_EQ(inference, trained.loss_sum);
+  EXPECT_EQ(std::memcmp(inference_logits.data(), trained.logits, size_t(logits) * sizeof(float)), 0);
   // At initialisation the model is close to uniform over the vocabulary.
   EXPECT_NEAR(inference / (2 * 16), std::log(double(tiny_batch.config.vocab_size)), 0.05);
+}
+
+// A forward-only pass keeps one layer's activations at a time: its memory does not grow with depth but for
+// each layer's expert choices (kept for the caller), while a training pass keeps every layer's for backward.
+TEST(ZayaModel, ForwardOnlyActivationsDoNotGrowWithDepth) {
+  auto bytes = [](int64_t repeats, bool train) {
+    ZayaConfig config = tiny();
+    std::vector<std::string> types;
+    for (int64_t r = 0; r < repeats; ++r)
+      types.insert(types.end(), config.layer_types.begin(), config.layer_types.end());
+    config.layer_types = types;
+    config.num_hidden_layers = int64_t(types.size());
+    ParameterStore params(model_dims(config));
+    init_parameters(params, 0.02, 2);
+    const std::vector<int32_t> ids = random_ids(2 * 17, config.vocab_size, 1);
+    const std::vector<int32_t> labels = shifted_labels(ids.data(), 2, 17);
+    ZayaModel model(params, cpu_ops());
+    const Batch batch{ids.data(), labels.data(), nullptr, 2, 17};
+    train ? model.forward_backward(batch, 1.0f) : model.forward(batch);
+    return int64_t(model.activation_bytes());
+  };
+  const int64_t added_layers = 4, choices = added_layers * 2 * 17 * int64_t(sizeof(int32_t));
+  EXPECT_LE(bytes(3, false) - bytes(1, false), choices + int64_t(kAlignment));
+  EXPECT_GT(bytes(3, true) - bytes(1, true), 10 * (choices + int64_t(kAlignment)));
 }
 
 // Serving, scoring and generating run forward only: the store then never allocates its gradients (as much
