@@ -42,10 +42,21 @@ void Arena::rewind(const Mark& mark) {
 }
 
 void Arena::reset() {
-  // One block of the high-water size serves every later step of this shape.
+  // One block of the high-water size serves every later step of this shape: the largest block when it holds
+  // that much (its pages are mapped already; on this VM first touches cost as much as the first pass of a
+  // long prompt's work), else a new one.
   if (blocks_.size() > 1 || capacity() < high_water_) {
-    blocks_.clear();
-    add_block(high_water_);
+    auto largest =
+        std::max_element(blocks_.begin(), blocks_.end(),
+                         [](const AlignedBuffer& a, const AlignedBuffer& b) { return a.size() < b.size(); });
+    if (largest != blocks_.end() && largest->size() >= high_water_) {
+      AlignedBuffer kept = std::move(*largest);
+      blocks_.clear();
+      blocks_.push_back(std::move(kept));
+    } else {
+      blocks_.clear();
+      add_block(high_water_);
+    }
   }
   current_ = 0;
   offset_ = 0;

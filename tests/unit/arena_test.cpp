@@ -75,6 +75,20 @@ TEST(Arena, RewindKeepsTheBlocksItPasses) {
   EXPECT_EQ(arena.capacity(), size_t(1024) + (1 << 17));
 }
 
+// reset folds a grown arena into one block; where one of its blocks already holds the high-water mark, that
+// block is kept rather than a new one mapped.
+TEST(Arena, ResetKeepsABlockThatHoldsTheHighWaterMark) {
+  Arena arena(64);
+  const Arena::Mark mark = arena.mark();
+  void* big = arena.allocate(4096);
+  arena.rewind(mark);
+  arena.allocate(100);
+  arena.reset();
+  EXPECT_EQ(arena.system_allocations(), 2u);
+  EXPECT_EQ(arena.capacity(), 4096u);
+  EXPECT_EQ(arena.allocate(4096), big);
+}
+
 TEST(Arena, RewindReusesScratch) {
   Arena arena(1 << 16);
   arena.alloc<float>(100);
