@@ -61,9 +61,9 @@ class Ops {
   // denominator's measure): a CPU's at 1024, a GPU's only at several thousand.
   virtual int64_t rate_probe_size() const { return 1024; }
   // How many logits the LM head and the loss score at once (ZayaModel::head's chunks of tokens). Each chunk
-  // adds its share into the head's whole f32 gradient, so small chunks cost a pass over that gradient each
-  // (2 GB at a 262k vocabulary): the CPU bounds its scratch at 64 MiB, a GPU takes a few GB to keep the
-  // product's depth in the thousands.
+  // of an f32 step adds its share into the head's whole f32 gradient (a bf16 step, a group of chunks' at
+  // once), so small chunks cost a pass over that gradient each (2 GB at a 262k vocabulary): the CPU bounds
+  // its scratch at 64 MiB, a GPU takes a few GB to keep the product's depth in the thousands.
   virtual int64_t loss_chunk_logits() const { return int64_t(1) << 24; }
   // Copies bytes from the host into this backend's memory (weights read from a file, a batch's tokens).
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;

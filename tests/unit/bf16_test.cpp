@@ -485,7 +485,8 @@ struct PassResult {
   std::vector<int32_t> choices;
 };
 
-PassResult forward_backward(const ZayaConfig& config, Precision precision, int64_t batch, int64_t seq) {
+PassResult forward_backward(const ZayaConfig& config, Precision precision, int64_t batch, int64_t seq,
+                            bool keep_logits = true) {
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, 3);
   std::vector<int32_t> ids(size_t(batch * seq));
@@ -495,10 +496,10 @@ PassResult forward_backward(const ZayaConfig& config, Precision precision, int64
   ZayaModel model(params, cpu_ops(), precision);
   params.zero_grads();
   const ForwardResult r = model.forward_backward({ids.data(), labels.data(), nullptr, batch, seq},
-                                                 1.0f / float(batch * (seq - 1)), true);
+                                                 1.0f / float(batch * (seq - 1)), keep_logits);
   PassResult out;
   out.loss = r.mean_loss();
-  out.logits.assign(r.logits, r.logits + batch * seq * config.vocab_size);
+  if (keep_logits) out.logits.assign(r.logits, r.logits + batch * seq * config.vocab_size);
   out.grads.assign(params.grads(), params.grads() + params.table().total_floats());
   out.choices.assign(r.expert_choice, r.expert_choice + config.num_hidden_layers * batch * seq);
   return out;
@@ -526,6 +527,26 @@ TEST_F(Bf16, ModelPassesStayCloseToFloat32) {
   int64_t same = 0;
   for (size_t i = 0; i < f32.choices.size(); ++i) same += f32.choices[i] == b16.choices[i];
   EXPECT_GE(double(same), 0.97 * double(f32.choices.size())) << "router choices";
+}
+
+// A bf16 step adds the head's weight gradient in groups of chunks of tokens (ZayaModel::head): 1200 tokens of
+// a 65536 vocabulary make 5 chunks of 240, in a group of 4 and a group of 1. Every token's share must land
+// once: the head's gradient stays as close to float32's as the whole model's does (16u, above), where a
+// group lost or added twice would move it by a fifth or more.
+TEST_F(Bf16, HeadGradientTakesEveryChunkOnce) {
+  ZayaConfig config = preset_config("small");
+  config.vocab_size = 65536;
+  config.tie_word_embeddings = false;
+  const int64_t batch = 2, seq = 600;
+  const PassResult f32 = forward_backward(config, Precision::F32, batch, seq, false);
+  const PassResult b16 = forward_backward(config, Precision::BF16, batch, seq, false);
+  const ParameterStore params(model_dims(config));
+  const ParamInfo& head = params.table().at("lm_head.weight");
+  auto slice = [&](const PassResult& pass) {
+    return std::vector<float>(pass.grads.begin() + head.offset,
+                              pass.grads.begin() + head.offset + head.numel());
+  };
+  EXPECT_LE(test::relative_error(slice(b16), slice(f32)), 16 * kUnit);
 }
 
 // zaya serve --precision bf16: a prefill and then token-by-token decoding read the bf16 weight copies (the
