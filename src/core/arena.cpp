@@ -22,7 +22,8 @@ void* Arena::allocate(size_t bytes) {
       ++current_;  // a block a rewind passed
       offset_ = 0;
     } else {
-      // Blocks past this one are too small for it: a new one, twice the last, replaces them.
+      // The next block is too small for it: a new one, twice this one or as large as asked, replaces the
+      // blocks past this one.
       const size_t last = blocks_.empty() ? 0 : blocks_[current_].size();
       if (!blocks_.empty()) blocks_.resize(current_ + 1);
       add_block(std::max(bytes, 2 * last));
@@ -43,8 +44,8 @@ void Arena::rewind(const Mark& mark) {
 
 void Arena::reset() {
   // One block of the high-water size serves every later step of this shape: the largest block when it holds
-  // that much (its pages are mapped already; on this VM first touches cost as much as the first pass of a
-  // long prompt's work), else a new one.
+  // that much (its pages are touched already, where a fresh block's first touches can cost more than the
+  // pass that grew it, on a VM), else a new one.
   if (blocks_.size() > 1 || capacity() < high_water_) {
     auto largest =
         std::max_element(blocks_.begin(), blocks_.end(),
