@@ -292,6 +292,22 @@ TEST(ZayaModel, ForwardOnlyActivationsDoNotGrowWithDepth) {
   EXPECT_GT(bytes(3, true) - bytes(1, true), 10 * (choices + int64_t(kAlignment)));
 }
 
+// Serving, scoring and validation alternate forward-only passes (rewound after each layer) with other passes:
+// once each kind has run, neither makes a system allocation again.
+TEST(ZayaModel, ForwardOnlyPassesAllocateNothingAfterWarmUp) {
+  TinyBatch tiny_batch;
+  ZayaModel model(tiny_batch.params, cpu_ops());
+  model.forward(tiny_batch.batch());
+  model.forward_backward(tiny_batch.batch(), 1.0f);
+  model.forward(tiny_batch.batch());
+  const size_t warmed_up = model.arena_allocations();
+  for (int i = 0; i < 3; ++i) {
+    model.forward(tiny_batch.batch());
+    model.forward_backward(tiny_batch.batch(), 1.0f);
+  }
+  EXPECT_EQ(model.arena_allocations(), warmed_up);
+}
+
 // Serving, scoring and generating run forward only: the store then never allocates its gradients (as much
 // memory as the f32 values). The first training pass allocates them, with or without zero_grads before it,
 // and both orders give the same bits.
