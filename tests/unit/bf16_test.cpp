@@ -529,10 +529,10 @@ TEST_F(Bf16, ModelPassesStayCloseToFloat32) {
   EXPECT_GE(double(same), 0.97 * double(f32.choices.size())) << "router choices";
 }
 
-// A bf16 step adds the head's weight gradient in groups of chunks of tokens (ZayaModel::head): 1200 tokens of
-// a 65536 vocabulary make 5 chunks of 240, in a group of 4 and a group of 1. Every token's share must land
-// once: the head's gradient stays as close to float32's as the whole model's does (16u, above), where a
-// group lost or added twice would move it by a fifth or more.
+// A bf16 step adds the head's weight gradient in groups of chunks of tokens (ZayaModel::head): on the CPU's
+// chunks of up to 2^24 logits, 1200 tokens of a 65536 vocabulary make 5 chunks of 240, in a group of 4 and a
+// group of 1. Every token's share must land once: the head's gradient stays as close to float32's as the
+// whole model's does (16u, above), where a group lost or added twice would move it by a fifth or more.
 TEST_F(Bf16, HeadGradientTakesEveryChunkOnce) {
   ZayaConfig config = preset_config("small");
   config.vocab_size = 65536;
