@@ -106,10 +106,7 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   training_ = train;
   // The gradients are bound at the first training pass, which makes the store allocate them: a model that
   // only runs forward never holds them.
-  if (train && !grads_bound_) {
-    g_ = bind_weights(params_.table(), dims_, params_.grads());
-    grads_bound_ = true;
-  }
+  if (train && !g_.embed) g_ = bind_weights(params_.table(), dims_, params_.grads());
   reset_step_sums();
   // The ops read the batch from the backend's memory; the host keeps its own arrays.
   Batch batch = host_batch;

@@ -187,7 +187,7 @@ class ZayaModel {
   Ops& ops_;
   ModelDims dims_;
   Precision precision_;
-  ModelWeights w_, g_;    // values and gradients
+  ModelWeights w_, g_;    // values and gradients (g_ bound at the first training pass; null before)
   AlignedBuffer copies_;  // bf16 runs: [total_floats] bf16, the product matrices' copies (the rest unused)
   ModelMatrices m_;       // the product matrices as the products read them
   Arena arena_;           // activations: reset at the start of each forward
@@ -202,8 +202,7 @@ class ZayaModel {
   Communicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
   std::function<void(int64_t)> layer_backward_hook_;
-  bool training_ = false;     // the current pass is forward_backward's
-  bool grads_bound_ = false;  // g_ is bound (at the first training pass)
+  bool training_ = false;  // the current pass is forward_backward's
   float loss_scale_ = 0;
   float* x_embed_ = nullptr;  // [tokens, hidden], the embedding output
   float* x_final_ = nullptr;  // [tokens, hidden], the last layer's output
