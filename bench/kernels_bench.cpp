@@ -3,6 +3,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/ops.h"
@@ -18,6 +19,20 @@ std::vector<float> random_floats(size_t n, uint64_t stream) {
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = rng.normal(i);
   return out;
+}
+
+// random_floats rounded to bf16, as the model's weight copies are.
+std::vector<BFloat16> random_bf16(size_t n, uint64_t stream) {
+  const std::vector<float> values = random_floats(n, stream);
+  std::vector<BFloat16> out(n);
+  cpu_ops().convert_to_bf16(values.data(), int64_t(n), out.data());
+  return out;
+}
+
+// A counter of `amount` (FLOPs, bytes) per iteration, shown per second.
+benchmark::Counter per_second(double amount, const benchmark::State& state) {
+  return benchmark::Counter(amount * double(state.iterations()), benchmark::Counter::kIsRate,
+                            benchmark::Counter::kIs1000);
 }
 
 void BM_CrossEntropy(benchmark::State& state) {
@@ -43,8 +58,7 @@ void BM_Gemm(benchmark::State& state) {
     cpu_ops().gemm(trans_a ? Trans::Yes : Trans::No, Trans::No, m, n, k, 1.0f, a.data(), trans_a ? m : k,
                    b.data(), n, 0.0f, c.data(), n);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k) * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = per_second(2.0 * double(m * n * k), state);
 }
 // Forward projections [T, H] x [H, out], weight gradients [out, T] x [T, H], and square.
 BENCHMARK(BM_Gemm)
@@ -67,20 +81,13 @@ void BM_Bf16ExpertProduct(benchmark::State& state) {
                     : kind == 1 ? up
                                 : rows;
   const Trans ta = kind == 2 ? Trans::Yes : Trans::No, tb = kind == 0 ? Trans::Yes : Trans::No;
-  auto bf16 = [](const std::vector<float>& x) {
-    std::vector<BFloat16> out(x.size());
-    cpu_ops().convert_to_bf16(x.data(), int64_t(x.size()), out.data());
-    return out;
-  };
-  const std::vector<BFloat16> a = bf16(random_floats(size_t(m * k), 1)),
-                              b = bf16(random_floats(size_t(k * n), 2));
+  const std::vector<BFloat16> a = random_bf16(size_t(m * k), 1), b = random_bf16(size_t(k * n), 2);
   std::vector<float> c(size_t(m * n));
   for (auto _ : state) {
     cpu_ops().gemm(Precision::BF16, ta, tb, m, n, k, 1.0f, a.data(), ta == Trans::Yes ? m : k, b.data(),
                    tb == Trans::Yes ? k : n, kind == 2 ? 1.0f : 0.0f, c.data(), n);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k) * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = per_second(2.0 * double(m * n * k), state);
 }
 BENCHMARK(BM_Bf16ExpertProduct)->DenseRange(0, 2)->ArgName("kind")->Unit(benchmark::kMillisecond);
 
@@ -89,17 +96,13 @@ BENCHMARK(BM_Bf16ExpertProduct)->DenseRange(0, 2)->ArgName("kind")->Unit(benchma
 // projection. The rate counted is the weight bytes read per second: a decode step's bound.
 void BM_DecodeProduct(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  std::vector<float> a = random_floats(size_t(m * k), 1), weights = random_floats(size_t(n * k), 2),
-                     c(size_t(m * n));
-  std::vector<BFloat16> b(weights.size());
-  cpu_ops().convert_to_bf16(weights.data(), int64_t(weights.size()), b.data());
+  std::vector<float> a = random_floats(size_t(m * k), 1), c(size_t(m * n));
+  const std::vector<BFloat16> b = random_bf16(size_t(n * k), 2);
   for (auto _ : state) {
     cpu_ops().gemm(Precision::BF16, Trans::No, Trans::Yes, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f,
                    c.data(), n);
   }
-  state.counters["weight GB/s"] =
-      benchmark::Counter(double(n * k * int64_t(sizeof(BFloat16))) * double(state.iterations()),
-                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["weight GB/s"] = per_second(double(n * k * int64_t(sizeof(BFloat16))), state);
 }
 BENCHMARK(BM_DecodeProduct)
     ->ArgsProduct({{1, 2, 4, 8}, {32768}, {1024}})
@@ -111,20 +114,17 @@ BENCHMARK(BM_DecodeProduct)
 // experts): from memory, not from the last-level cache the single matrix above stays in.
 void BM_DecodeProductFromMemory(benchmark::State& state) {
   const int64_t m = state.range(0), n = 2048, k = 1024, matrices = 64;
-  std::vector<float> a = random_floats(size_t(m * k), 1), weights = random_floats(size_t(n * k), 2),
-                     c(size_t(m * n));
+  std::vector<float> a = random_floats(size_t(m * k), 1), c(size_t(m * n));
+  const std::vector<BFloat16> weights = random_bf16(size_t(n * k), 2);
   std::vector<BFloat16> b(size_t(matrices * n * k));
-  for (int64_t e = 0; e < matrices; ++e)
-    cpu_ops().convert_to_bf16(weights.data(), n * k, b.data() + e * n * k);
+  for (int64_t e = 0; e < matrices; ++e) std::copy(weights.begin(), weights.end(), b.begin() + e * n * k);
   int64_t e = 0;
   for (auto _ : state) {
     cpu_ops().gemm(Precision::BF16, Trans::No, Trans::Yes, m, n, k, 1.0f, a.data(), k, b.data() + e * n * k,
                    k, 0.0f, c.data(), n);
     e = (e + 1) % matrices;
   }
-  state.counters["weight GB/s"] =
-      benchmark::Counter(double(n * k * int64_t(sizeof(BFloat16))) * double(state.iterations()),
-                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["weight GB/s"] = per_second(double(n * k * int64_t(sizeof(BFloat16))), state);
 }
 BENCHMARK(BM_DecodeProductFromMemory)->Arg(1)->Arg(2)->Arg(8)->ArgName("m")->Unit(benchmark::kMicrosecond);
 
