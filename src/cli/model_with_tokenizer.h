@@ -16,7 +16,8 @@ struct ModelWithTokenizer {
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
-// model has no embedding for.
-ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path);
+// model has no embedding for. expert_values: as load_model's.
+ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
+                                             ExpertValues expert_values = ExpertValues::F32);
 
 }  // namespace zaya::cli

@@ -39,8 +39,10 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer);
   const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
+  // A server only runs forward: in bf16 it holds the expert weights in bf16 alone, without f32 values.
+  ModelWithTokenizer loaded = load_model_with_tokenizer(
+      args.model, args.tokenizer, precision == Precision::BF16 ? ExpertValues::Bf16 : ExpertValues::F32);
   ZayaModel model(*loaded.model.params, cpu_ops(), precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;

@@ -60,7 +60,7 @@ void copy_weights(const WeightSet& weights, ParameterStore& params) {
 
 }  // namespace
 
-LoadedModel load_model(const std::string& dir) {
+LoadedModel load_model(const std::string& dir, ExpertValues expert_values) {
   if (!fs::is_directory(dir)) throw Error("not a model directory").file(dir);
   LoadedModel model;
   model.config = load_config((fs::path(dir) / "config.json").string());
@@ -70,7 +70,7 @@ LoadedModel load_model(const std::string& dir) {
   const WeightSet weights(dir);
   ParameterTable table(dims);
   check_weights(dir, table, weights, model.config.tie_word_embeddings);
-  model.params = std::make_unique<ParameterStore>(dims, std::move(table));
+  model.params = std::make_unique<ParameterStore>(dims, std::move(table), host_memory(), expert_values);
   copy_weights(weights, *model.params);
   return model;
 }

@@ -16,9 +16,11 @@ struct LoadedModel {
   std::unique_ptr<ParameterStore> params;
 };
 
-// Reads config.json and the weights (f32, bf16 or f16, converted to f32). Every parameter must be present
-// with its exact shape; a tensor the model does not have is an error too. Errors name the file and tensor.
-LoadedModel load_model(const std::string& dir);
+// Reads config.json and the weights (f32, bf16 or f16, converted to f32; with ExpertValues::Bf16 the expert
+// weights rounded to bf16 instead, for a model that only runs forward in bf16). Every parameter must be
+// present with its exact shape; a tensor the model does not have is an error too. Errors name the file and
+// tensor.
+LoadedModel load_model(const std::string& dir, ExpertValues expert_values = ExpertValues::F32);
 // The weights of a model directory into an existing store of the same shape.
 void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings);
 

@@ -146,15 +146,33 @@ const ParamInfo& ParameterTable::at(std::string_view name) const {
 ParameterStore::ParameterStore(const ModelDims& dims, ExpertSlice experts, MemoryResource& memory)
     : ParameterStore(dims, ParameterTable(dims, experts), memory) {}
 
-ParameterStore::ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory)
-    : memory_(memory),
-      dims_(dims),
-      table_(std::move(table)),
-      values_(size_t(table_.total_floats()) * sizeof(float), memory) {}
+ParameterStore::ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory,
+                               ExpertValues expert_values)
+    : memory_(memory), dims_(dims), table_(std::move(table)), expert_values_(expert_values) {
+  const int64_t dense = table_.dense_floats(), experts = table_.total_floats() - dense;
+  if (expert_values_ == ExpertValues::F32) {
+    values_ = AlignedBuffer(size_t(dense + experts) * sizeof(float), memory);
+  } else {
+    values_ = AlignedBuffer(size_t(dense) * sizeof(float), memory);
+    expert_bf16_ = AlignedBuffer(size_t(experts) * sizeof(BFloat16), memory);
+  }
+}
 
 float* ParameterStore::grads() {
+  if (expert_values_ == ExpertValues::Bf16)
+    throw Error("this store holds its expert weights in bf16 only, for running forward: it has no gradients");
   if (!holds_grads()) grads_ = AlignedBuffer(size_t(table_.total_floats()) * sizeof(float), memory_);
   return grads_.as<float>();
+}
+
+float* ParameterStore::value(const ParamInfo& param) {
+  return const_cast<float*>(std::as_const(*this).value(param));
+}
+
+const float* ParameterStore::value(const ParamInfo& param) const {
+  if (holds_in_bf16(param))
+    throw Error("this store holds the expert weights in bf16 only, for running forward").tensor(param.name);
+  return values() + param.offset;
 }
 
 TensorView ParameterStore::value_view(const ParamInfo& param) const {
@@ -168,23 +186,45 @@ std::vector<float> ParameterStore::read_value(const ParamInfo& param) const {
 }
 
 void ParameterStore::read_value(const ParamInfo& param, float* host) const {
-  memory_.copy_to_host(host, value(param), size_t(param.numel()) * sizeof(float));
+  if (!holds_in_bf16(param)) {
+    memory_.copy_to_host(host, value(param), size_t(param.numel()) * sizeof(float));
+    return;
+  }
+  std::vector<BFloat16> rounded(size_t(param.numel()));
+  memory_.copy_to_host(rounded.data(), expert_bf16(param), rounded.size() * sizeof(BFloat16));
+  for (size_t i = 0; i < rounded.size(); ++i) host[i] = bf16_to_f32(rounded[i].bits);
 }
 
 void ParameterStore::write_value(const ParamInfo& param, const float* host) {
-  memory_.copy_from_host(value(param), host, size_t(param.numel()) * sizeof(float));
+  if (!holds_in_bf16(param)) {
+    memory_.copy_from_host(value(param), host, size_t(param.numel()) * sizeof(float));
+    return;
+  }
+  std::vector<BFloat16> rounded(size_t(param.numel()));
+  for (size_t i = 0; i < rounded.size(); ++i) rounded[i].bits = f32_to_bf16(host[i]);
+  memory_.copy_from_host(expert_bf16(param), rounded.data(), rounded.size() * sizeof(BFloat16));
+}
+
+void ParameterStore::require_same_layout(const ParameterStore& host, const char* direction) const {
+  if (host.table().total_floats() != table_.total_floats() || host.expert_values() != expert_values_ ||
+      &host.memory() != &host_memory()) {
+    throw Error(cat("parameters copied ", direction,
+                    " a store of another shape or kind of expert values, or not in the host's memory"));
+  }
 }
 
 void ParameterStore::copy_values_from(const ParameterStore& host) {
-  if (host.table().total_floats() != table_.total_floats() || &host.memory() != &host_memory())
-    throw Error("parameters copied from a store of another shape, or not in the host's memory");
-  memory_.copy_from_host(values(), host.values(), size_t(table_.total_floats()) * sizeof(float));
+  require_same_layout(host, "from");
+  memory_.copy_from_host(values(), host.values(), values_.size());
+  if (expert_bf16_.size() > 0)
+    memory_.copy_from_host(expert_bf16_.data(), host.expert_bf16_.data(), expert_bf16_.size());
 }
 
 void ParameterStore::copy_values_to(ParameterStore& host) const {
-  if (host.table().total_floats() != table_.total_floats() || &host.memory() != &host_memory())
-    throw Error("parameters copied to a store of another shape, or not in the host's memory");
-  memory_.copy_to_host(host.values(), values(), size_t(table_.total_floats()) * sizeof(float));
+  require_same_layout(host, "to");
+  memory_.copy_to_host(host.values(), values(), values_.size());
+  if (expert_bf16_.size() > 0)
+    memory_.copy_to_host(host.expert_bf16_.data(), expert_bf16_.data(), expert_bf16_.size());
 }
 
 void ParameterStore::zero_grads() {
@@ -192,7 +232,7 @@ void ParameterStore::zero_grads() {
 }
 
 std::unique_ptr<ParameterStore> place_parameters(const ParameterStore& host, MemoryResource& memory) {
-  auto placed = std::make_unique<ParameterStore>(host.dims(), host.table().experts(), memory);
+  auto placed = std::make_unique<ParameterStore>(host.dims(), host.table(), memory, host.expert_values());
   placed->copy_values_from(host);
   return placed;
 }

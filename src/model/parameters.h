@@ -82,42 +82,67 @@ class ParameterTable {
   int64_t total_floats_ = 0, dense_floats_ = 0;
 };
 
+// What a store holds of the expert weights: their f32 values (what training and everything else needs), or
+// only their rounding to bf16, which is all that a model running forward in bf16 reads (zaya serve): 2 bytes
+// an expert weight instead of 4 for the value and 2 for the model's bf16 copy. The experts are most of a
+// ZAYA model's weights (87% of `medium`'s, 91% of ZAYA1-base's).
+enum class ExpertValues : uint8_t { F32, Bf16 };
+
 class ParameterStore {
  public:
   // Values and gradients live in `memory` (a backend's: Ops::memory()). The gradients are allocated (zero)
-  // at their first use: a model that only runs forward (serve, eval, generate) never holds them, 4 of the
-  // 10 bytes a parameter takes when serving in bf16.
+  // at their first use: a model that only runs forward (serve, eval, generate) never holds them.
   explicit ParameterStore(const ModelDims& dims, ExpertSlice experts = {},
                           MemoryResource& memory = host_memory());
   // The same over a table already built for `dims` (load_model checks the files against it first).
-  ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory = host_memory());
+  ParameterStore(const ModelDims& dims, ParameterTable table, MemoryResource& memory = host_memory(),
+                 ExpertValues expert_values = ExpertValues::F32);
 
   const ModelDims& dims() const { return dims_; }
   const ParameterTable& table() const { return table_; }
+  ExpertValues expert_values() const { return expert_values_; }
+  // The f32 values: [total_floats], or with bf16 experts the parameters before them, [dense_floats].
   float* values() { return values_.as<float>(); }
   const float* values() const { return values_.as<float>(); }
+  // With bf16 experts, their values [total_floats - dense_floats], at each expert weight's offset less
+  // dense_floats; null otherwise.
+  const BFloat16* expert_values_bf16() const { return expert_bf16_.as<BFloat16>(); }
+  // Gradients, the same layout as f32 values. A store of bf16 experts has none (throws Error): it only runs
+  // forward.
   float* grads();
   bool holds_grads() const { return grads_.data() != nullptr; }
-  float* value(const ParamInfo& param) { return values() + param.offset; }
-  const float* value(const ParamInfo& param) const { return values() + param.offset; }
+  // One parameter's f32 values; throws Error for an expert weight held in bf16.
+  float* value(const ParamInfo& param);
+  const float* value(const ParamInfo& param) const;
   float* grad(const ParamInfo& param) { return grads() + param.offset; }
+  // Whether the store holds this parameter's values in bf16 only (an expert weight, with bf16 experts).
+  bool holds_in_bf16(const ParamInfo& param) const {
+    return expert_values_ == ExpertValues::Bf16 && param.role == ParamRole::ExpertWeight;
+  }
   TensorView value_view(const ParamInfo& param) const;
   void zero_grads();
   // Where the values and gradients live.
   MemoryResource& memory() const { return memory_; }
-  // One parameter's values through the host (files, initialisation, checkpoints), wherever they live.
+  // One parameter's values through the host (files, initialisation, checkpoints), wherever they live. An
+  // expert weight held in bf16 is written rounded to nearest even, and read as those bf16 values.
   std::vector<float> read_value(const ParamInfo& param) const;
   void read_value(const ParamInfo& param, float* host) const;  // into host[numel]
   void write_value(const ParamInfo& param, const float* host);
-  // Every value from or to `host`, a store of the same table in the host's memory.
+  // Every value from or to `host`, a store of the same table and expert values in the host's memory.
   void copy_values_from(const ParameterStore& host);
   void copy_values_to(ParameterStore& host) const;
 
  private:
+  BFloat16* expert_bf16(const ParamInfo& param) const {
+    return const_cast<BFloat16*>(expert_values_bf16()) + (param.offset - table_.dense_floats());
+  }
+  void require_same_layout(const ParameterStore& host, const char* direction) const;
+
   MemoryResource& memory_;
   ModelDims dims_;
   ParameterTable table_;
-  AlignedBuffer values_, grads_;
+  ExpertValues expert_values_;
+  AlignedBuffer values_, expert_bf16_, grads_;
 };
 
 // A copy of `host`'s values in `memory` (a backend's): how weights read from files reach a GPU.

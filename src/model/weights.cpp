@@ -6,9 +6,22 @@
 
 namespace zaya {
 
-ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base) {
+namespace {
+
+std::string layer_prefix(int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".";
+}
+
+const char* const kGateUp = "mlp.experts.gate_up_proj";
+const char* const kDown = "mlp.experts.down_proj";
+
+}  // namespace
+
+ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base, bool experts) {
   std::unordered_map<std::string_view, float*> by_name;
-  for (const ParamInfo& param : table.params()) by_name[param.name] = base + param.offset;
+  for (const ParamInfo& param : table.params()) {
+    if (experts || param.role != ParamRole::ExpertWeight) by_name[param.name] = base + param.offset;
+  }
   auto get = [&](const std::string& name) -> float* {
     const auto it = by_name.find(name);
     return it == by_name.end() ? nullptr : it->second;
@@ -22,7 +35,7 @@ ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, fl
   w.lm_head = dims.tied_embeddings ? w.embed : get("lm_head.weight");
   w.lm_head_bias = get("lm_head.bias");
   for (int64_t i = 0; i < dims.layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = layer_prefix(i);
     const std::string qkv = p + "self_attn.qkv_proj.", gate = p + "mlp.gate.";
     LayerWeights l;
     l.input_norm = get(p + "input_layernorm.weight");
@@ -59,9 +72,9 @@ ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, fl
     l.fc2_bias = get(gate + "router_mlp.fc2.bias");
     l.router_out = get(gate + "router_mlp.out_proj.weight");
     l.balancing_biases = get(gate + "balancing_biases");
-    l.gate_up = get(p + "mlp.experts.gate_up_proj");
-    l.down = get(p + "mlp.experts.down_proj");
-    if (!l.input_norm || !l.q_proj || !l.gate_up || !l.router_out) {
+    l.gate_up = get(p + kGateUp);
+    l.down = get(p + kDown);
+    if (!l.input_norm || !l.q_proj || (experts && !l.gate_up) || !l.router_out) {
       throw Error(cat("parameter table lacks layer ", i));
     }
     w.layers.push_back(l);
@@ -69,15 +82,21 @@ ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, fl
   return w;
 }
 
-ModelMatrices bind_matrices(const ModelWeights& values, const float* values_base, const BFloat16* copies) {
+ModelMatrices bind_matrices(const ParameterTable& table, const ModelWeights& values, const float* values_base,
+                            const BFloat16* copies, const BFloat16* expert_values) {
   auto read = [&](const float* value) -> Operand {
     return copies ? Operand(copies + (value - values_base)) : Operand(value);
   };
+  auto expert = [&](int64_t layer, const char* name, const float* value) -> Operand {
+    if (!expert_values) return read(value);
+    return Operand(expert_values + (table.at(layer_prefix(layer) + name).offset - table.dense_floats()));
+  };
   ModelMatrices m;
   m.lm_head = read(values.lm_head);
-  for (const LayerWeights& l : values.layers) {
+  for (size_t i = 0; i < values.layers.size(); ++i) {
+    const LayerWeights& l = values.layers[i];
     m.layers.push_back({read(l.q_proj), read(l.k_proj), read(l.v_current), read(l.v_delayed), read(l.o_proj),
-                        read(l.gate_up), read(l.down)});
+                        expert(int64_t(i), kGateUp, l.gate_up), expert(int64_t(i), kDown, l.down)});
   }
   return m;
 }

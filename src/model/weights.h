@@ -47,8 +47,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
-// base is ParameterStore::values() or ::grads().
-ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base);
+// base is ParameterStore::values() or ::grads(), over every parameter's floats; or (`experts` false) the
+// values of a store that holds its expert weights in bf16, over the floats before them: gate_up and down are
+// then null.
+ModelWeights bind_weights(const ParameterTable& table, const ModelDims& dims, float* base,
+                          bool experts = true);
 
 // The weight matrices the bulk of the products multiply by, as those products read them: the f32 values,
 // or their bf16 copies. The router's matrices are not among them: its products stay f32.
@@ -63,8 +66,10 @@ struct ModelMatrices {
 };
 
 // The matrices of `values` (bound over the store's values) read from copies: a bf16 buffer with the
-// store's layout (the same offsets), or the values themselves when copies is null.
-ModelMatrices bind_matrices(const ModelWeights& values, const float* values_base, const BFloat16* copies);
+// store's layout (the same offsets), or the values themselves when copies is null. A store that holds its
+// expert weights in bf16 only (ParameterStore::expert_values_bf16, given as `expert_values`) is read there.
+ModelMatrices bind_matrices(const ParameterTable& table, const ModelWeights& values, const float* values_base,
+                            const BFloat16* copies, const BFloat16* expert_values = nullptr);
 
 // Whether a parameter is one of those matrices (the ones a bf16 run keeps copies of).
 bool is_product_matrix(const ParamInfo& param);

@@ -24,23 +24,31 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       ops_(ops),
       dims_(params.dims()),
       precision_(precision),
-      w_(bind_weights(params.table(), dims_, params.values())),
+      w_(bind_weights(params.table(), dims_, params.values(), params.expert_values() == ExpertValues::F32)),
       arena_(0, ops.memory()),
       scratch_(0, ops.memory()),
       layers_(size_t(dims_.layers)),
       routing_(size_t(dims_.layers)),
       step_sums_(size_t(layer_sums_offset(dims_.layers)) * sizeof(double), ops.memory()),
       host_sums_(size_t(layer_sums_offset(dims_.layers))) {
-  if (precision_ == Precision::BF16)
-    copies_ = AlignedBuffer(size_t(params.table().total_floats()) * sizeof(BFloat16), ops.memory());
-  m_ = bind_matrices(w_, params.values(), copies_.as<BFloat16>());  // null copies in fp32: the values
+  const bool bf16_experts = params.expert_values() == ExpertValues::Bf16;
+  if (bf16_experts && precision_ != Precision::BF16)
+    throw Error("a store that holds its expert weights in bf16 only runs in bf16 (precision bf16)");
+  if (precision_ == Precision::BF16) {
+    // Copies at the store's offsets, up to the experts where the store holds those in bf16 itself.
+    const int64_t copied = bf16_experts ? params.table().dense_floats() : params.table().total_floats();
+    copies_ = AlignedBuffer(size_t(copied) * sizeof(BFloat16), ops.memory());
+  }
+  // In fp32 the copies are null, and the products read the values themselves.
+  const BFloat16* copies = copies_.as<BFloat16>();
+  m_ = bind_matrices(params.table(), w_, params.values(), copies, params.expert_values_bf16());
   weights_changed();
 }
 
 void ZayaModel::weights_changed() {
   if (precision_ != Precision::BF16) return;
   for (const ParamInfo& param : params_.table().params()) {
-    if (is_product_matrix(param)) {
+    if (is_product_matrix(param) && !params_.holds_in_bf16(param)) {
       ops_.convert_to_bf16(params_.value(param), param.numel(), copies_.as<BFloat16>() + param.offset);
     }
   }

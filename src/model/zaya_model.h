@@ -69,7 +69,9 @@ struct ForwardResult {
 class ZayaModel {
  public:
   // precision: of the attention, expert and head products (docs/TRAINING.md). With bf16 the model keeps
-  // bf16 copies of those weight matrices, made here and by weights_changed().
+  // bf16 copies of those weight matrices, made here and by weights_changed(), except the expert weights of a
+  // store that holds them in bf16 itself (ExpertValues::Bf16: then bf16 is the only precision, and the model
+  // runs forward only).
   ZayaModel(ParameterStore& params, Ops& ops, Precision precision = Precision::F32);
   ~ZayaModel();
 
@@ -187,11 +189,13 @@ class ZayaModel {
   Ops& ops_;
   ModelDims dims_;
   Precision precision_;
-  ModelWeights w_, g_;    // values and gradients (g_ bound at the first training pass; null before)
-  AlignedBuffer copies_;  // bf16 runs: [total_floats] bf16, the product matrices' copies (the rest unused)
-  ModelMatrices m_;       // the product matrices as the products read them
-  Arena arena_;           // activations: reset at the start of each forward
-  Arena scratch_;         // temporaries of one layer's forward or backward: rewound after each
+  ModelWeights w_, g_;  // values and gradients (g_ bound at the first training pass; null before)
+  // bf16 runs: [total_floats] bf16 (or [dense_floats] over a store of bf16 experts), the product matrices'
+  // copies at the store's offsets (the rest unused).
+  AlignedBuffer copies_;
+  ModelMatrices m_;  // the product matrices as the products read them
+  Arena arena_;      // activations: reset at the start of each forward
+  Arena scratch_;    // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
   std::vector<RouterLayerStats> routing_;  // the host's copy of the router statistics, per layer
   AlignedBuffer step_sums_;                // [1 + layers * layer_sums()] doubles: the loss, then per layer

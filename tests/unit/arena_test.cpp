@@ -2,10 +2,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <map>
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "unit/counting_memory.h"
 
 namespace zaya {
 namespace {
@@ -120,37 +120,6 @@ TEST(AlignedBuffer, ABlockLargerThanTheMachineIsAClearError) {
   }
 }
 
-}  // namespace
-// Counts what passes through it, on top of the host's memory.
-class CountingMemory final : public MemoryResource {
- public:
-  void* allocate(size_t bytes) override {
-    void* data = host_memory().allocate(bytes);
-    sizes[data] = bytes;
-    ++allocations;
-    live_bytes += bytes;
-    return data;
-  }
-  void release(void* data) noexcept override {
-    ++releases;
-    live_bytes -= sizes[data];
-    sizes.erase(data);
-    host_memory().release(data);
-  }
-  void zero(void* data, size_t bytes) override { host_memory().zero(data, bytes); }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override {
-    host_memory().copy_from_host(dst, src, bytes);
-  }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override {
-    host_memory().copy_to_host(dst, src, bytes);
-  }
-  int allocations = 0, releases = 0;
-  size_t live_bytes = 0;
-
- private:
-  std::map<void*, size_t> sizes;
-};
-
 // An arena's blocks and a buffer's memory come from the resource they are given (a backend's device memory)
 // and go back to it.
 TEST(Arena, TakesItsBlocksFromTheGivenMemory) {
@@ -170,4 +139,5 @@ TEST(Arena, TakesItsBlocksFromTheGivenMemory) {
   EXPECT_EQ(memory.live_bytes, 0u);
 }
 
+}  // namespace
 }  // namespace zaya

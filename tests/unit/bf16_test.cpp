@@ -13,9 +13,11 @@
 
 #include "backend/cpu/bf16_matmul.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/model_io.h"
 #include "model/zaya_model.h"
+#include "unit/counting_memory.h"
 #include "unit/reference_data.h"
 
 namespace zaya {
@@ -588,6 +590,84 @@ TEST_F(Bf16, WeightsChangedRefreshesTheCopies) {
   model.weights_changed();
   const ForwardResult fresh = model.forward(batch, true);
   EXPECT_NE(std::vector<float>(fresh.logits, fresh.logits + 8 * config.vocab_size), before);
+}
+
+// A copy of `from` (f32 values) in a store that holds its expert weights in bf16 only, as zaya serve loads a
+// model to run in bf16: the expert weights rounded to nearest even, in `memory`.
+std::unique_ptr<ParameterStore> with_bf16_experts(const ParameterStore& from, MemoryResource& memory) {
+  auto store = std::make_unique<ParameterStore>(from.dims(), from.table(), memory, ExpertValues::Bf16);
+  for (const ParamInfo& param : from.table().params())
+    store->write_value(param, from.read_value(param).data());
+  return store;
+}
+
+// The products of a model over bf16 experts read the same bf16 values that a model over f32 experts rounds
+// for itself: every pass gives the same bits, the prefills and batched decoding of serving among them. The
+// store holds 4 bytes for each other parameter and 2 for each expert weight, where an f32 store holds 4 (and
+// its model 2 more for the bf16 copy).
+TEST_F(Bf16, ExpertsHeldOnlyInBf16GiveTheSameBits) {
+  const ModelDims dims = model_dims(preset_config("small"));
+  ParameterStore f32_experts(dims);
+  init_parameters(f32_experts, 0.5, 5);
+  CountingMemory memory;
+  const std::unique_ptr<ParameterStore> bf16_experts = with_bf16_experts(f32_experts, memory);
+  const ParameterTable& table = f32_experts.table();
+  const int64_t dense = table.dense_floats(), experts = table.total_floats() - dense;
+  EXPECT_EQ(memory.live_bytes, size_t(dense) * sizeof(float) + size_t(experts) * sizeof(BFloat16));
+
+  ZayaModel a(f32_experts, cpu_ops(), Precision::BF16), b(*bf16_experts, cpu_ops(), Precision::BF16);
+  const int64_t V = dims.vocab, S = 16;
+  std::vector<int32_t> ids(size_t(2 * S));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 53 + 7) % size_t(V));
+  const Batch batch{ids.data(), nullptr, nullptr, 2, S};
+  const ForwardResult full_a = a.forward(batch, true);
+  const std::vector<float> logits_a(full_a.logits, full_a.logits + 2 * S * V);
+  const ForwardResult full_b = b.forward(batch, true);
+  EXPECT_EQ(std::vector<float>(full_b.logits, full_b.logits + 2 * S * V), logits_a);
+
+  // Two prompts of 5 and 9 tokens prefilled together, then decoded together to the end.
+  const int64_t lengths[] = {5, 9};
+  const int32_t* prompts[] = {ids.data(), ids.data() + S};
+  std::vector<float> served[2];
+  for (ZayaModel* model : {&a, &b}) {
+    std::vector<float>& out = served[model == &b];
+    DecodeCache caches[] = {make_decode_cache(dims, S), make_decode_cache(dims, S)};
+    DecodeCache* cache_ptrs[] = {&caches[0], &caches[1]};
+    const float* last = model->prefill(prompts, lengths, cache_ptrs, 2, ZayaModel::PrefillLogits::Last);
+    out.assign(last, last + 2 * V);
+    for (int64_t step = 0; step < S - lengths[1]; ++step) {
+      const int32_t tokens[] = {prompts[0][lengths[0] + step], prompts[1][lengths[1] + step]};
+      const float* logits = model->decode_batch(tokens, cache_ptrs, 2);
+      out.insert(out.end(), logits, logits + 2 * V);
+    }
+  }
+  EXPECT_EQ(served[1], served[0]);
+}
+
+// Such a store serves only a forward pass in bf16: what needs the f32 values of the expert weights is an
+// Error that says so, not a read of memory it does not hold. Reading through the host gives their bf16
+// values.
+TEST_F(Bf16, ExpertsHeldOnlyInBf16RefuseWhatNeedsTheirF32Values) {
+  const ZayaConfig config = preset_config("tiny");
+  const ModelDims dims = model_dims(config);
+  ParameterStore f32_experts(dims);
+  init_parameters(f32_experts, 0.5, 6);
+  const std::unique_ptr<ParameterStore> store = with_bf16_experts(f32_experts, host_memory());
+  const ParamInfo& gate_up = store->table().at("model.layers.0.mlp.experts.gate_up_proj");
+  const ParamInfo& q_proj = store->table().at("model.layers.0.self_attn.qkv_proj.q_proj.weight");
+  EXPECT_THROW(store->value(gate_up), Error);
+  EXPECT_THROW(store->value_view(gate_up), Error);
+  EXPECT_THROW(store->grads(), Error);
+  EXPECT_EQ(store->read_value(q_proj), f32_experts.read_value(q_proj));
+  const std::vector<float> exact = f32_experts.read_value(gate_up), held = store->read_value(gate_up);
+  ASSERT_EQ(held.size(), exact.size());
+  for (size_t i = 0; i < held.size(); ++i) ASSERT_EQ(held[i], round_bf16(exact[i])) << i;
+
+  EXPECT_THROW(ZayaModel(*store, cpu_ops(), Precision::F32), Error);
+  ZayaModel model(*store, cpu_ops(), Precision::BF16);
+  std::vector<int32_t> ids = {5, 9, 3, 7, 1, 2, 8, 4};
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), 1, 8);
+  EXPECT_THROW(model.forward_backward({ids.data(), labels.data(), nullptr, 1, 8}, 1.0f / 7), Error);
 }
 
 }  // namespace
