@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -51,6 +52,13 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
   }
   return *this;
+}
+
+void MappedFile::drop_pages(size_t offset, size_t count) const {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t first = (offset + page - 1) / page * page, end = std::min(offset + count, size_) / page * page;
+  // Advice only: a mapping that keeps its pages is still correct, so a failure is not an error.
+  if (data_ && first < end) ::madvise(static_cast<char*>(data_) + first, end - first, MADV_DONTNEED);
 }
 
 void MappedFile::release() {

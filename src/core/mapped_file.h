@@ -19,6 +19,10 @@ class MappedFile {
   const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // The pages wholly inside bytes [offset, offset + count) leave this process's memory; the page cache keeps
+  // them, and a later read maps them again. A file read once (a model's weights, converted into a store)
+  // then costs no resident memory beyond the part being read.
+  void drop_pages(size_t offset, size_t count) const;
 
  private:
   void release();

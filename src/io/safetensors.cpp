@@ -130,6 +130,10 @@ TensorView SafetensorsFile::view(const SafetensorsEntry& entry) const {
   return {const_cast<unsigned char*>(file_.data() + data_start_ + entry.begin), entry.dtype, entry.shape};
 }
 
+void SafetensorsFile::drop_pages(const SafetensorsEntry& entry) const {
+  file_.drop_pages(data_start_ + entry.begin, entry.end - entry.begin);
+}
+
 void SafetensorsWriter::add(std::string name, const TensorView& view) {
   if (name == "__metadata__") throw Error("'__metadata__' cannot name a tensor");
   for (const auto& [existing, unused] : tensors_) {

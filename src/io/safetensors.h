@@ -31,6 +31,8 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // Zero-copy view into the mapping. The data may be unaligned; read it with memcpy or convert_to_f32.
   TensorView view(const SafetensorsEntry& entry) const;
+  // The entry's data leaves this process's memory until read again (MappedFile::drop_pages).
+  void drop_pages(const SafetensorsEntry& entry) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

@@ -55,6 +55,8 @@ void copy_weights(const WeightSet& weights, ParameterStore& params) {
     std::vector<float> values(size_t(param.numel()));
     convert_to_f32(held, values.data());
     params.write_value(param, values.data());
+    // Read once: a load then holds the store and one tensor's pages of the files, not the whole files too.
+    found.file->drop_pages(*found.entry);
   }
 }
 

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -116,6 +118,37 @@ TEST(Safetensors, RoundTripsEveryComputeDtype) {
   uint64_t header = 0;
   std::memcpy(&header, bytes.data(), 8);
   EXPECT_EQ(header % 8, 0u);
+}
+
+// This process's resident pages (/proc/self/statm's second field).
+int64_t resident_pages() {
+  std::istringstream statm(test::read_bytes("/proc/self/statm"));
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident;
+}
+
+// Loading a model reads each tensor once and drops its pages: the load's peak is then the store, not the
+// store and the files. A dropped tensor still reads the same (its pages map again from the page cache).
+TEST(Safetensors, DroppedPagesLeaveTheProcessAndReadBackTheSame) {
+  TempDir dir;
+  Tensor big(DType::F32, {8, 1 << 18});  // 8 MiB
+  for (int64_t i = 0; i < big.numel(); ++i) big.as<float>()[i] = float(i % 1000) * 0.5f;
+  SafetensorsWriter writer;
+  writer.add("big", big.view());
+  writer.write(dir.file("x.safetensors"));
+  const SafetensorsFile file(dir.file("x.safetensors"));
+  const SafetensorsEntry& entry = *file.find("big");
+  const int64_t page = ::sysconf(_SC_PAGESIZE), pages = int64_t(big.view().nbytes()) / page;
+
+  const int64_t before = resident_pages();
+  ASSERT_EQ(std::memcmp(file.view(entry).data, big.view().data, big.view().nbytes()), 0);
+  const int64_t read = resident_pages();
+  file.drop_pages(entry);
+  const int64_t dropped = resident_pages();
+  EXPECT_GE(read - before, pages * 9 / 10) << "reading maps the tensor's pages";
+  EXPECT_GE(read - dropped, pages * 9 / 10) << "dropping unmaps them";
+  EXPECT_EQ(std::memcmp(file.view(entry).data, big.view().data, big.view().nbytes()), 0);
 }
 
 TEST(Safetensors, WriterRejectsDuplicateNames) {
