@@ -111,7 +111,9 @@ BENCHMARK(BM_DecodeProduct)
     ->Unit(benchmark::kMicrosecond);
 
 // The same product against 64 different [2048, 1024] weights in turn (256 MB, as a decode step reads its
-// experts): from memory, not from the last-level cache the single matrix above stays in.
+// experts): from memory, not from the last-level cache the single matrix above stays in. m of 1 to 8 is a
+// decode step's (one row per sequence); 16 to 128 a prefill's (the prompts' tokens routed to one expert: 16
+// on average for 8 prompts of 32 tokens over `medium`'s 16 experts), where the rate in FLOPs counts too.
 void BM_DecodeProductFromMemory(benchmark::State& state) {
   const int64_t m = state.range(0), n = 2048, k = 1024, matrices = 64;
   std::vector<float> a = random_floats(size_t(m * k), 1), c(size_t(m * n));
@@ -125,8 +127,20 @@ void BM_DecodeProductFromMemory(benchmark::State& state) {
     e = (e + 1) % matrices;
   }
   state.counters["weight GB/s"] = per_second(double(n * k * int64_t(sizeof(BFloat16))), state);
+  state.counters["GFLOP/s"] = per_second(2.0 * double(m * n * k), state);
 }
-BENCHMARK(BM_DecodeProductFromMemory)->Arg(1)->Arg(2)->Arg(8)->ArgName("m")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeProductFromMemory)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(24)
+    ->Arg(32)
+    ->Arg(48)
+    ->Arg(64)
+    ->Arg(128)
+    ->ArgName("m")
+    ->Unit(benchmark::kMicrosecond);
 
 // The CCA convolutions' last position for B sequences decoding (`medium`: 8 + 2 heads of 128, kernels of 2),
 // against one grouped weight (1.3 MB in f32, cached) or against 64 in turn (from memory, as in a decode step,
