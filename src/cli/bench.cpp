@@ -242,11 +242,16 @@ struct DecodeArgs {
   bool profile = false;
 };
 
+struct DecodeSeconds {
+  double prefill = 0, decode = 0;
+};
+
 // One decode run: `count` random prompts prefilled together, then new_tokens steps of greedy decoding (each
-// sequence fed its own argmax, as a server at temperature 0). Returns the decode steps' seconds. A profiler
-// given is cleared after the prefill: it times the decode steps alone.
-double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& args, int64_t count,
-                   uint64_t seed, OpProfiler* profiler = nullptr) {
+// sequence fed its own argmax, as a server at temperature 0). Returns the prefill's seconds (the engine's
+// part of the time to the first token) and the decode steps'. A profiler given is cleared after the prefill:
+// it times the decode steps alone.
+DecodeSeconds time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& args, int64_t count,
+                          uint64_t seed, OpProfiler* profiler = nullptr) {
   const RandomStream rng(seed, RngPurpose::Test, 0);
   std::vector<int32_t> prompts(size_t(count * args.prompt));  // [count, prompt]
   for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = int32_t(rng.bits(i) % uint32_t(dims.vocab));
@@ -260,6 +265,7 @@ double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& ar
     cache_ptrs.push_back(&caches.back());
     starts.push_back(prompts.data() + b * args.prompt);
   }
+  const auto prefill_start = std::chrono::steady_clock::now();
   const float* logits =
       model.prefill(starts.data(), lengths.data(), cache_ptrs.data(), count, ZayaModel::PrefillLogits::Last);
   std::vector<int32_t> next(static_cast<size_t>(count));  // [count]
@@ -272,7 +278,9 @@ double time_decode(ZayaModel& model, const ModelDims& dims, const DecodeArgs& ar
   const auto start = std::chrono::steady_clock::now();
   for (int64_t t = 0; t < args.new_tokens; ++t)
     choose(model.decode_batch(next.data(), cache_ptrs.data(), count));
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  return {std::chrono::duration<double>(start - prefill_start).count(),
+          std::chrono::duration<double>(end - start).count()};
 }
 
 // Decode tokens/s of one sequence and of `batch` together, alternated run by run (the same machine state
@@ -293,12 +301,14 @@ void run_decode_bench(const DecodeArgs& args) {
   // One sequence, and the batch beside it unless the batch is one sequence too.
   const std::vector<int64_t> sizes =
       args.batch == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, args.batch};
-  std::vector<double> rates[2];
+  std::vector<double> rates[2], prefill_ms[2];
   for (int run = -1; run < args.runs; ++run) {
     for (size_t which = 0; which < sizes.size(); ++which) {
       const size_t index = run % 2 == 0 ? which : sizes.size() - 1 - which;  // the order flips every run
-      const double seconds = time_decode(zaya, dims, args, sizes[index], uint64_t(run + 1));
-      if (run >= 0) rates[index].push_back(double(sizes[index] * args.new_tokens) / seconds);
+      const DecodeSeconds seconds = time_decode(zaya, dims, args, sizes[index], uint64_t(run + 1));
+      if (run < 0) continue;
+      rates[index].push_back(double(sizes[index] * args.new_tokens) / seconds.decode);
+      prefill_ms[index].push_back(1e3 * seconds.prefill);
     }
   }
   std::printf("%s: prompts of %lld tokens, %lld new tokens each, %d threads, %s\n",
@@ -307,18 +317,21 @@ void run_decode_bench(const DecodeArgs& args) {
   const double single = median(rates[0]);
   if (sizes.size() == 1) {
     std::printf("decode, median of %d runs: 1 sequence %.1f tokens/s\n", args.runs, single);
+    std::printf("prefill, median: 1 prompt %.1f ms\n", median(prefill_ms[0]));
   } else {
     const double batched = median(rates[1]);
     std::printf(
         "decode, medians of %d alternated runs: 1 sequence %.1f tokens/s, %lld sequences %.1f tokens/s "
         "(%.2fx)\n",
         args.runs, single, (long long)args.batch, batched, batched / single);
+    std::printf("prefill, medians: 1 prompt %.1f ms, %lld prompts together %.1f ms\n", median(prefill_ms[0]),
+                (long long)args.batch, median(prefill_ms[1]));
   }
   if (!args.profile) return;
   OpProfiler profiler(ops);
   ZayaModel profiled(*model.params, profiler.ops(), precision);
   time_decode(profiled, dims, args, args.batch, 0);  // sizes the arenas
-  const double seconds = time_decode(profiled, dims, args, args.batch, 0, &profiler);
+  const double seconds = time_decode(profiled, dims, args, args.batch, 0, &profiler).decode;
   std::printf("%lld sequence%s, %lld decode steps profiled (their sums):\n", (long long)args.batch,
               args.batch == 1 ? "" : "s", (long long)args.new_tokens);
   print_profile({seconds, profiler.times()});
