@@ -152,10 +152,13 @@ namespace {
 // Decoding multiplies a few rows (one per sequence) by each weight matrix: the product is the time it takes
 // to read the weights once. oneDNN reorders the whole bf16 matrix into its blocked layout on every call,
 // which reads and writes it twice more; this streams each weight row once instead. A is rounded to bf16 as in
-// every bf16 product; the sums are f32. One pass holds up to kPassRows rows in registers; up to kFewRows
-// are summed in passes over each weight block while it stays in L1 (16 rows by a 2048 x 1024 expert: 241 us
-// through oneDNN, about twice 8 rows' 103 us this way).
-constexpr int64_t kPassRows = 8, kFewRows = 16;
+// every bf16 product; the sums are f32. Up to 8 rows are summed in one pass, their sums in registers; up to
+// kFewRows in passes over each block of weight rows while it stays in L1. A prefill's experts get that many
+// (16 on average for 8 prompts of 32 tokens over `medium`'s 16 experts): against 64 [2048, 1024] experts in
+// turn (BM_DecodeProductFromMemory), 16, 24, 32 and 40 rows took 250-257, 343-349, 438-490 and 555-611 us
+// this way, against 269-276 (passes of 8 rows against 2 weight rows), 450-464, 504-623 and 599-640 through
+// oneDNN; at 48 rows oneDNN took 670-680 us and this way 669-727.
+constexpr int64_t kFewRows = 40;
 
 // How many weight rows ahead of the ones being summed the few-row product prefetches (measured: 16 and 32
 // alike, 64 lost at one row).
@@ -313,27 +316,30 @@ void few_rows_columns(const uint16_t* x, int64_t n, int64_t k, const BFloat16* b
     few_rows_block<M, 1>(x, k, b, ldb, j, alpha, beta, c, ldc, avx512_bf16);
 }
 
-// More rows than a pass holds: each pair of weight rows is summed against the rows kPassRows at a time.
+// More rows than a pass holds: each block of kTallPassRows weight rows is summed against the rows
+// kTallPassRows at a time (4 x 4 sums in registers, each chunk loaded serving 4 of them: passes of 8 rows
+// against 2 weight rows, 10 loads for 16 sums, were 7-15% slower at 16 rows).
+constexpr int64_t kTallPassRows = 4;
+
 void tall_few_rows_columns(int64_t m, const uint16_t* x, int64_t n, int64_t k, const BFloat16* b, int64_t ldb,
                            float alpha, float beta, float* c, int64_t ldc) {
   using Block = void (*)(const uint16_t*, int64_t, const BFloat16*, int64_t, int64_t, float, float, float*,
                          int64_t, bool);
-  static constexpr Block kPairs[] = {few_rows_block<1, 2>, few_rows_block<2, 2>, few_rows_block<3, 2>,
-                                     few_rows_block<4, 2>, few_rows_block<5, 2>, few_rows_block<6, 2>,
-                                     few_rows_block<7, 2>, few_rows_block<8, 2>};
+  static constexpr Block kQuads[] = {few_rows_block<1, 4>, few_rows_block<2, 4>, few_rows_block<3, 4>,
+                                     few_rows_block<4, 4>};
   static constexpr Block kSingles[] = {few_rows_block<1, 1>, few_rows_block<2, 1>, few_rows_block<3, 1>,
-                                       few_rows_block<4, 1>, few_rows_block<5, 1>, few_rows_block<6, 1>,
-                                       few_rows_block<7, 1>, few_rows_block<8, 1>};
+                                       few_rows_block<4, 1>};
   static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-  auto passes = [&](const Block(&blocks)[kPassRows], int64_t j0) {
-    for (int64_t r0 = 0; r0 < m; r0 += kPassRows) {
-      blocks[std::min(kPassRows, m - r0) - 1](x + r0 * k, k, b, ldb, j0, alpha, beta, c + r0 * ldc, ldc,
-                                              avx512_bf16);
+  auto passes = [&](const Block(&blocks)[kTallPassRows], int64_t j0) {
+    for (int64_t r0 = 0; r0 < m; r0 += kTallPassRows) {
+      blocks[std::min(kTallPassRows, m - r0) - 1](x + r0 * k, k, b, ldb, j0, alpha, beta, c + r0 * ldc, ldc,
+                                                  avx512_bf16);
     }
   };
+  const int64_t quads = n / kTallPassRows;
 #pragma omp parallel for schedule(static)
-  for (int64_t pair = 0; pair < n / 2; ++pair) passes(kPairs, 2 * pair);
-  if (n % 2 == 1) passes(kSingles, n - 1);
+  for (int64_t quad = 0; quad < quads; ++quad) passes(kQuads, quad * kTallPassRows);
+  for (int64_t j = quads * kTallPassRows; j < n; ++j) passes(kSingles, j);
 }
 
 // C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
