@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/output_guard.h"
@@ -28,6 +29,7 @@ using json = nlohmann::json;
 
 struct EvalArgs {
   std::string model, tokenizer, json_out;
+  std::string precision;
   std::vector<std::string> tasks, texts, datasets;
   int64_t limit = 0, max_length = 0;
   bool force = false;
@@ -146,7 +148,8 @@ void run_eval(const EvalArgs& args) {
   // Read every input before the model runs: a bad line in the last file fails at once.
   std::vector<TaskFile> tasks;
   for (const std::string& path : args.tasks) tasks.push_back(read_task_file(path, args.limit));
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer);
+  const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
   const Tokenizer& tokenizer = loaded.tokenizer;
   const int64_t max_length =
       args.max_length > 0 ? args.max_length : loaded.model.config.max_position_embeddings;
@@ -157,7 +160,7 @@ void run_eval(const EvalArgs& args) {
     throw Error("has no end-of-text or beginning-of-text token to start a text with")
         .file(loaded.tokenizer_path);
   }
-  ZayaModel model(*loaded.model.params, cpu_ops());
+  ZayaModel model(*loaded.model.params, cpu_ops(), precision);
 
   json report = {{"model", args.model}, {"tasks", json::array()}, {"text", json::array()}};
   for (const TaskFile& task : tasks)
@@ -206,6 +209,7 @@ void add_eval_command(CLI::App& app) {
                    "tokens the model reads at once (default: max_position_embeddings)")
       ->check(positive());
   command->add_flag("--force", args->force, "write --json even over an input, model or checkpoint");
+  add_precision_option(*command, args->precision);
   command->callback([args] { run_eval(*args); });
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
@@ -19,13 +20,15 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, tokenizer;
+  std::string precision;
   SamplingOptions sampling;
 };
 
 void run_generate(const GenerateArgs& args) {
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer);
+  const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
   const Tokenizer& tokenizer = loaded.tokenizer;
-  ZayaModel model(*loaded.model.params, cpu_ops());
+  ZayaModel model(*loaded.model.params, cpu_ops(), precision);
   SamplingOptions options = args.sampling;
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;
@@ -69,6 +72,7 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-k", args->sampling.top_k, "sample from the k most likely tokens (0: all)")
       ->check(non_negative());
   command->add_option("--seed", args->sampling.seed, "random seed");
+  add_precision_option(*command, args->precision);
   command->callback([args] { run_generate(*args); });
 }
 

@@ -4,8 +4,13 @@
 
 #include <string>
 
+#include "core/precision.h"
 #include "data/tokenizer.h"
 #include "model/model_io.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace zaya::cli {
 
@@ -16,8 +21,13 @@ struct ModelWithTokenizer {
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
-// model has no embedding for. expert_values: as load_model's.
+// model has no embedding for. The model only runs forward, in `precision`: in bf16 it holds its expert
+// weights as bf16 alone (ExpertValues::Bf16).
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
-                                             ExpertValues expert_values = ExpertValues::F32);
+                                             Precision precision);
+
+// Those commands' --precision (fp32, bf16 or auto; fp32 by default, transformers' numbers, as scoring
+// expects), into `setting` (for resolve_precision).
+void add_precision_option(CLI::App& command, std::string& setting);
 
 }  // namespace zaya::cli

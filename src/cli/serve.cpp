@@ -24,8 +24,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, tokenizer;
-  std::string precision =
-      "fp32";  // the numbers of transformers' float32 model by default, as scoring expects
+  std::string precision;
   ServeOptions options;
 };
 
@@ -40,9 +39,7 @@ void run_serve(ServeArgs args) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
-  // A server only runs forward: in bf16 it holds the expert weights in bf16 alone, without f32 values.
-  ModelWithTokenizer loaded = load_model_with_tokenizer(
-      args.model, args.tokenizer, precision == Precision::BF16 ? ExpertValues::Bf16 : ExpertValues::F32);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
   ZayaModel model(*loaded.model.params, cpu_ops(), precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;
@@ -91,11 +88,7 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--max-queued", o.max_queued, "sequences waiting before requests are refused (503)")
       ->check(positive());
   command->add_option("--timeout", o.request_timeout_s, "seconds a request may take")->check(positive());
-  command
-      ->add_option("--precision", args->precision,
-                   "of the products: fp32 (default: transformers' numbers), bf16 (bf16 weight copies, about "
-                   "twice the decoding speed), or auto")
-      ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
+  add_precision_option(*command, args->precision);
   command->callback([args] { run_serve(*args); });
 }
 

@@ -194,5 +194,7 @@ out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 100
   || fail "generate past the context: $out"
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
+out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 --precision bf16 2>&1)
+[ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate in bf16: $(tr '\n' ' ' <<<"$out")" || fail "generate in bf16: $out"
 
 report
