@@ -16,6 +16,18 @@ void philox_round(std::array<uint32_t, 4>& ctr, const std::array<uint32_t, 2>& k
          uint32_t(p0)};
 }
 
+// A pair of uniform words as a normal pair's polar form (Box-Muller): each Philox block gives two pairs, and
+// each pair two normals, the cosine for an even index and the sine for an odd one. Index i uses pair i / 2.
+struct Polar {
+  double radius, angle;
+};
+
+Polar box_muller(const std::array<uint32_t, 4>& words, int pair) {
+  const double u1 = (double(words[2 * pair]) + 1.0) * 0x1.0p-32;  // (0, 1]: log stays finite
+  const double u2 = double(words[2 * pair + 1]) * 0x1.0p-32;
+  return {std::sqrt(-2.0 * std::log(u1)), 2.0 * std::numbers::pi * u2};
+}
+
 }  // namespace
 
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key) {
@@ -52,15 +64,24 @@ double RandomStream::uniform_double(uint64_t index) const {
   return double(((hi << 32) | lo) >> 11) * 0x1.0p-53;
 }
 
-// Each Philox block gives two (u1, u2) pairs; each pair gives two normals. Index i uses pair i/2.
 float RandomStream::normal(uint64_t index) const {
-  const auto words = block(index / 4);
-  const int pair = int(index % 4) / 2;
-  const double u1 = (double(words[2 * pair]) + 1.0) * 0x1.0p-32;  // (0, 1]: log stays finite
-  const double u2 = double(words[2 * pair + 1]) * 0x1.0p-32;
-  const double radius = std::sqrt(-2.0 * std::log(u1));
-  const double angle = 2.0 * std::numbers::pi * u2;
-  return float(index % 2 ? radius * std::sin(angle) : radius * std::cos(angle));
+  const Polar p = box_muller(block(index / 4), int(index % 4) / 2);
+  return float(index % 2 ? p.radius * std::sin(p.angle) : p.radius * std::cos(p.angle));
+}
+
+void RandomStream::normals(uint64_t first, int64_t count, float* out) const {
+  uint64_t index = first;
+  const uint64_t end = first + uint64_t(count);
+  for (; index < end && index % 4 != 0; ++index) *out++ = normal(index);
+  for (; index + 4 <= end; index += 4) {
+    const std::array<uint32_t, 4> words = block(index / 4);
+    for (int pair = 0; pair < 2; ++pair) {
+      const Polar p = box_muller(words, pair);
+      *out++ = float(p.radius * std::cos(p.angle));
+      *out++ = float(p.radius * std::sin(p.angle));
+    }
+  }
+  for (; index < end; ++index) *out++ = normal(index);
 }
 
 }  // namespace zaya

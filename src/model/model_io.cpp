@@ -1,5 +1,6 @@
 #include "model/model_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -145,8 +146,13 @@ void init_parameters(ParameterStore& params, double initializer_range, uint64_t 
         const float std =
             fan_in ? 1.0f / std::sqrt(float(param.shape[param.shape.rank() - 1])) : float(initializer_range);
         // A store of some experts draws what the whole tensor has in their rows.
+        constexpr int64_t kChunk = 4096;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) values[i] = std * stream.normal(uint64_t(param.model_offset + i));
+        for (int64_t begin = 0; begin < n; begin += kChunk) {
+          const int64_t count = std::min(kChunk, n - begin);
+          stream.normals(uint64_t(param.model_offset + begin), count, values + begin);
+          for (int64_t i = begin; i < begin + count; ++i) values[i] *= std;
+        }
         if (param.role == ParamRole::Embedding && dims.pad_token_id >= 0) {
           std::fill(values + dims.pad_token_id * dims.hidden, values + (dims.pad_token_id + 1) * dims.hidden,
                     0.0f);

@@ -44,6 +44,21 @@ TEST(RandomStream, StreamsAndSeedsDiffer) {
   EXPECT_LT(same_b + same_c + same_d, 3);
 }
 
+// Initialisation draws its values in runs (normals); each must be the value normal() gives at its index,
+// bit for bit, whatever the run's first index and length (runs that start and end inside a Philox block).
+TEST(RandomStream, NormalsAreNormalAtEveryIndex) {
+  const RandomStream stream(7, RngPurpose::ParameterInit, 3);
+  for (uint64_t first : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(3), uint64_t(1) << 40}) {
+    for (int64_t count : {0, 1, 3, 4, 5, 1001}) {
+      std::vector<float> run(size_t(count) + 1, -1.0f);
+      stream.normals(first, count, run.data());
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(run[size_t(i)], stream.normal(first + uint64_t(i))) << first << " + " << i;
+      EXPECT_EQ(run[size_t(count)], -1.0f) << "wrote past the run";
+    }
+  }
+}
+
 TEST(RandomStream, NormalHasUnitMomentsAndUniformStaysInRange) {
   const RandomStream stream(42, RngPurpose::Test, 0);
   const int n = 200000;
