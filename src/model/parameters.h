@@ -133,8 +133,12 @@ class ParameterStore {
   void copy_values_to(ParameterStore& host) const;
 
  private:
-  BFloat16* expert_bf16(const ParamInfo& param) const {
-    return const_cast<BFloat16*>(expert_values_bf16()) + (param.offset - table_.dense_floats());
+  // An expert weight's bf16 values (with bf16 experts).
+  BFloat16* expert_bf16(const ParamInfo& param) {
+    return expert_bf16_.as<BFloat16>() + (param.offset - table_.dense_floats());
+  }
+  const BFloat16* expert_bf16(const ParamInfo& param) const {
+    return expert_values_bf16() + (param.offset - table_.dense_floats());
   }
   void require_same_layout(const ParameterStore& host, const char* direction) const;
 

@@ -316,19 +316,21 @@ void few_rows_columns(const uint16_t* x, int64_t n, int64_t k, const BFloat16* b
     few_rows_block<M, 1>(x, k, b, ldb, j, alpha, beta, c, ldc, avx512_bf16);
 }
 
-// More rows than a pass holds: each block of kTallPassRows weight rows is summed against the rows
+// More rows than a pass holds: each block of kTallWeightRows weight rows is summed against the rows
 // kTallPassRows at a time (4 x 4 sums in registers, each chunk loaded serving 4 of them: passes of 8 rows
 // against 2 weight rows, 10 loads for 16 sums, were 7-15% slower at 16 rows).
-constexpr int64_t kTallPassRows = 4;
+constexpr int64_t kTallPassRows = 4, kTallWeightRows = 4;
 
 void tall_few_rows_columns(int64_t m, const uint16_t* x, int64_t n, int64_t k, const BFloat16* b, int64_t ldb,
                            float alpha, float beta, float* c, int64_t ldc) {
   using Block = void (*)(const uint16_t*, int64_t, const BFloat16*, int64_t, int64_t, float, float, float*,
                          int64_t, bool);
-  static constexpr Block kQuads[] = {few_rows_block<1, 4>, few_rows_block<2, 4>, few_rows_block<3, 4>,
-                                     few_rows_block<4, 4>};
-  static constexpr Block kSingles[] = {few_rows_block<1, 1>, few_rows_block<2, 1>, few_rows_block<3, 1>,
-                                       few_rows_block<4, 1>};
+  // [rows in the pass - 1]: against a block of weight rows, and against one (the rows past the last block).
+  static constexpr Block kBlocks[kTallPassRows] = {
+      few_rows_block<1, kTallWeightRows>, few_rows_block<2, kTallWeightRows>,
+      few_rows_block<3, kTallWeightRows>, few_rows_block<4, kTallWeightRows>};
+  static constexpr Block kSingles[kTallPassRows] = {few_rows_block<1, 1>, few_rows_block<2, 1>,
+                                                    few_rows_block<3, 1>, few_rows_block<4, 1>};
   static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   auto passes = [&](const Block(&blocks)[kTallPassRows], int64_t j0) {
     for (int64_t r0 = 0; r0 < m; r0 += kTallPassRows) {
@@ -336,10 +338,10 @@ void tall_few_rows_columns(int64_t m, const uint16_t* x, int64_t n, int64_t k, c
                                                   avx512_bf16);
     }
   };
-  const int64_t quads = n / kTallPassRows;
+  const int64_t blocks = n / kTallWeightRows;
 #pragma omp parallel for schedule(static)
-  for (int64_t quad = 0; quad < quads; ++quad) passes(kQuads, quad * kTallPassRows);
-  for (int64_t j = quads * kTallPassRows; j < n; ++j) passes(kSingles, j);
+  for (int64_t block = 0; block < blocks; ++block) passes(kBlocks, block * kTallWeightRows);
+  for (int64_t j = blocks * kTallWeightRows; j < n; ++j) passes(kSingles, j);
 }
 
 // C [m, n] = alpha A [m, k] B^T + beta C, B bf16 [n, k] (row stride ldb); m <= kFewRows.
