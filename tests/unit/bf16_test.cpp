@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -191,6 +192,28 @@ TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
     // One primitive per fixed size, and one more that serves every other size.
     EXPECT_LE(cpu_bf16_matmul().primitives() - before, fixed_sizes + 1);
     EXPECT_LE(fixed_sizes, 16 + 3 * 16);  // 16 up to 256, then 16 per doubling
+  }
+}
+
+// Whichever way this CPU rounds (AVX512-BF16 or the portable loop), each value gets core's f32_to_bf16 bits:
+// every high half (so every exponent, sign, NaN and infinity) with low halves that round down, tie and round
+// up, a denormal among normal values in one vector, and lengths that end inside a vector.
+TEST(Bf16Rounding, GivesTheScalarBitsForEveryKindOfValue) {
+  const uint32_t low_halves[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+  std::vector<float> values;
+  for (uint32_t high = 0; high < 0x10000; ++high) {
+    for (uint32_t low : low_halves) {
+      const uint32_t bits = high << 16 | low;
+      values.push_back(std::bit_cast<float>(bits));
+    }
+  }
+  for (int64_t count : {int64_t(values.size()), int64_t(values.size()) - 5, int64_t(13)}) {
+    std::vector<BFloat16> rounded(static_cast<size_t>(count));
+    round_to_bf16(values.data(), count, rounded.data());
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(rounded[size_t(i)].bits, f32_to_bf16(values[size_t(i)]))
+          << std::hex << std::bit_cast<uint32_t>(values[size_t(i)]) << " of " << std::dec << count;
+    }
   }
 }
 

@@ -31,8 +31,8 @@ class Bf16Matmul {
   std::unique_ptr<State> state_;
 };
 
-// dst[i] = bf16(src[i]), round to nearest even, a NaN kept a NaN (core's f32_to_bf16 without its branch,
-// so that the loop vectorises). Serial: callers split the work over threads.
+// dst[i] = bf16(src[i]), round to nearest even, a NaN kept a NaN: the bits of core's f32_to_bf16, in
+// vectors (in hardware where the CPU has AVX512-BF16). Serial: callers split the work over threads.
 void round_to_bf16(const float* src, int64_t count, BFloat16* dst);
 
 // Whether a size of m or k gets primitives of its own: multiples of 16 up to 256, then of 1/16th of the
