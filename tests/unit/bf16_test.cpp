@@ -197,7 +197,8 @@ TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
 
 // Whichever way this CPU rounds (AVX512-BF16 or the portable loop), each value gets core's f32_to_bf16 bits:
 // every high half (so every exponent, sign, NaN and infinity) with low halves that round down, tie and round
-// up, a denormal among normal values in one vector, and lengths that end inside a vector.
+// up, read from two starts so that runs of 16 hold denormals with zeros (from 0) and with normal values (from
+// 3, the run across 0x00800000), and lengths that end inside a run.
 TEST(Bf16Rounding, GivesTheScalarBitsForEveryKindOfValue) {
   const uint32_t low_halves[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
   std::vector<float> values;
@@ -207,12 +208,17 @@ TEST(Bf16Rounding, GivesTheScalarBitsForEveryKindOfValue) {
       values.push_back(std::bit_cast<float>(bits));
     }
   }
-  for (int64_t count : {int64_t(values.size()), int64_t(values.size()) - 5, int64_t(13)}) {
-    std::vector<BFloat16> rounded(static_cast<size_t>(count));
-    round_to_bf16(values.data(), count, rounded.data());
-    for (int64_t i = 0; i < count; ++i) {
-      ASSERT_EQ(rounded[size_t(i)].bits, f32_to_bf16(values[size_t(i)]))
-          << std::hex << std::bit_cast<uint32_t>(values[size_t(i)]) << " of " << std::dec << count;
+  for (int64_t start : {0, 3}) {
+    const int64_t all = int64_t(values.size()) - start;
+    for (int64_t count : {all, all - 5, int64_t(13)}) {
+      const float* from = values.data() + start;
+      std::vector<BFloat16> rounded(static_cast<size_t>(count));
+      round_to_bf16(from, count, rounded.data());
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(rounded[size_t(i)].bits, f32_to_bf16(from[i]))
+            << std::hex << std::bit_cast<uint32_t>(from[i]) << std::dec << " (" << count << " from " << start
+            << ")";
+      }
     }
   }
 }
