@@ -376,18 +376,17 @@ void tall_few_rows_columns(int64_t m, const uint16_t* x, int64_t n, int64_t k, c
 void few_rows_product(int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda, const BFloat16* b,
                       int64_t ldb, float beta, float* c, int64_t ldc) {
   // A's rows in bf16, contiguous: [m, k].
-  thread_local std::vector<uint16_t> rows;
+  thread_local std::vector<BFloat16> rows;
   rows.resize(size_t(m * k));
   for (int64_t i = 0; i < m; ++i) {
     if (a.type == DType::BF16) {
       std::memcpy(rows.data() + i * k, static_cast<const BFloat16*>(a.data) + i * lda,
-                  size_t(k) * sizeof(uint16_t));
+                  size_t(k) * sizeof(BFloat16));
     } else {
-      const float* from = static_cast<const float*>(a.data) + i * lda;
-      for (int64_t j = 0; j < k; ++j) rows[size_t(i * k + j)] = f32_to_bf16(from[j]);
+      round_to_bf16(static_cast<const float*>(a.data) + i * lda, k, rows.data() + i * k);
     }
   }
-  const uint16_t* x = rows.data();
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(rows.data());
   switch (m) {
     case 1:
       return few_rows_columns<1>(x, n, k, b, ldb, alpha, beta, c, ldc);
