@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
-#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/output_guard.h"
@@ -148,8 +147,7 @@ void run_eval(const EvalArgs& args) {
   // Read every input before the model runs: a bad line in the last file fails at once.
   std::vector<TaskFile> tasks;
   for (const std::string& path : args.tasks) tasks.push_back(read_task_file(path, args.limit));
-  const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
   const Tokenizer& tokenizer = loaded.tokenizer;
   const int64_t max_length =
       args.max_length > 0 ? args.max_length : loaded.model.config.max_position_embeddings;
@@ -160,7 +158,7 @@ void run_eval(const EvalArgs& args) {
     throw Error("has no end-of-text or beginning-of-text token to start a text with")
         .file(loaded.tokenizer_path);
   }
-  ZayaModel model(*loaded.model.params, cpu_ops(), precision);
+  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
 
   json report = {{"model", args.model}, {"tasks", json::array()}, {"text", json::array()}};
   for (const TaskFile& task : tasks)

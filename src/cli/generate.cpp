@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "backend/ops.h"
-#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
@@ -25,10 +24,9 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& args) {
-  const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
   const Tokenizer& tokenizer = loaded.tokenizer;
-  ZayaModel model(*loaded.model.params, cpu_ops(), precision);
+  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
   SamplingOptions options = args.sampling;
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;

@@ -3,12 +3,15 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "backend/ops.h"
+#include "backend/precision_policy.h"
 #include "core/error.h"
 
 namespace zaya::cli {
 
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
-                                             Precision precision) {
+                                             const std::string& precision_setting) {
+  const Precision precision = resolve_precision(precision_setting, cpu_ops(), "--precision");
   const std::string path = tokenizer_path.empty()
                                ? (std::filesystem::path(model_dir) / "tokenizer.json").string()
                                : tokenizer_path;
@@ -20,7 +23,7 @@ ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const
         cat("has ", tokenizer.vocab_size(), " tokens, more than the model's ", model.params->dims().vocab))
         .file(path);
   }
-  return {std::move(model), std::move(tokenizer), path};
+  return {std::move(model), std::move(tokenizer), path, precision};
 }
 
 void add_precision_option(CLI::App& command, std::string& setting) {

@@ -18,16 +18,18 @@ struct ModelWithTokenizer {
   LoadedModel model;
   Tokenizer tokenizer;
   std::string tokenizer_path;
+  Precision precision;  // the one to build the ZayaModel in: its store was loaded for it
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
-// model has no embedding for. The model only runs forward, in `precision`: in bf16 it holds its expert
-// weights as bf16 alone (ExpertValues::Bf16).
+// model has no embedding for. The model only runs forward, in the precision `precision_setting` (a
+// --precision, see add_precision_option) resolves to on the CPU: in bf16 it holds its expert weights as bf16
+// alone (ExpertValues::Bf16).
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
-                                             Precision precision);
+                                             const std::string& precision_setting);
 
 // Those commands' --precision (fp32, bf16 or auto; fp32 by default, transformers' numbers, as scoring
-// expects), into `setting` (for resolve_precision).
+// expects), into `setting` (for load_model_with_tokenizer).
 void add_precision_option(CLI::App& command, std::string& setting);
 
 }  // namespace zaya::cli

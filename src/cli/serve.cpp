@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "backend/ops.h"
-#include "backend/precision_policy.h"
 #include "cli/commands.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
@@ -38,9 +37,8 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  const Precision precision = resolve_precision(args.precision, cpu_ops(), "--precision");
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, precision);
-  ZayaModel model(*loaded.model.params, cpu_ops(), precision);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
+  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;
   if (options.model_name.empty())
@@ -57,7 +55,7 @@ void run_serve(ServeArgs args) {
   });
   std::fprintf(stderr, "zaya serve: listening on http://%s:%d (model %s, context %lld tokens, %s%s)\n",
                options.host.c_str(), port, options.model_name.c_str(), (long long)options.context,
-               std::string(precision_name(precision)).c_str(),
+               std::string(precision_name(loaded.precision)).c_str(),
                options.api_key.empty() ? "" : ", API key required");
   if (options.api_key.empty() && options.host != "127.0.0.1" && options.host != "localhost" &&
       options.host != "::1")
