@@ -61,6 +61,14 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool transposed
 
 namespace {
 
+// Whether this CPU runs the AVX512-BF16 kernels here (with the AVX512 BW and DQ instructions they also use,
+// which every CPU with AVX512-BF16 has): asked once.
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq");
+  return has;
+}
+
 void round_to_bf16_portable(const float* src, int64_t count, BFloat16* dst) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
@@ -94,8 +102,7 @@ __attribute__((target("avx512f,avx512dq,avx512bf16"))) void round_to_bf16_avx512
 }  // namespace
 
 void round_to_bf16(const float* src, int64_t count, BFloat16* dst) {
-  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512dq");
-  avx512_bf16 ? round_to_bf16_avx512(src, count, dst) : round_to_bf16_portable(src, count, dst);
+  cpu_has_avx512_bf16() ? round_to_bf16_avx512(src, count, dst) : round_to_bf16_portable(src, count, dst);
 }
 
 namespace {
@@ -335,7 +342,7 @@ template <int M>
 void few_rows_columns(const uint16_t* x, int64_t n, int64_t k, const BFloat16* b, int64_t ldb, float alpha,
                       float beta, float* c, int64_t ldc) {
   constexpr int C = 16 / M > 8 ? 8 : 16 / M;
-  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  const bool avx512_bf16 = cpu_has_avx512_bf16();
   const int64_t blocks = n / C;
 #pragma omp parallel for schedule(static)
   for (int64_t block = 0; block < blocks; ++block)
@@ -359,7 +366,7 @@ void tall_few_rows_columns(int64_t m, const uint16_t* x, int64_t n, int64_t k, c
       few_rows_block<3, kTallWeightRows>, few_rows_block<4, kTallWeightRows>};
   static constexpr Block kSingles[kTallPassRows] = {few_rows_block<1, 1>, few_rows_block<2, 1>,
                                                     few_rows_block<3, 1>, few_rows_block<4, 1>};
-  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  const bool avx512_bf16 = cpu_has_avx512_bf16();
   auto passes = [&](const Block(&blocks)[kTallPassRows], int64_t j0) {
     for (int64_t r0 = 0; r0 < m; r0 += kTallPassRows) {
       blocks[std::min(kTallPassRows, m - r0) - 1](x + r0 * k, k, b, ldb, j0, alpha, beta, c + r0 * ldc, ldc,
