@@ -57,10 +57,6 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool transposed
   return memory::desc({rows, cols}, type, strides);
 }
 
-}  // namespace
-
-namespace {
-
 // Whether this CPU runs the AVX512-BF16 kernels here (with the AVX512 BW and DQ instructions they also use,
 // which every CPU with AVX512-BF16 has): asked once.
 bool cpu_has_avx512_bf16() {
