@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 
 namespace zaya {
 namespace {
@@ -179,7 +180,7 @@ class Call {
   void prepare(Run run) { prepare_ = std::move(run); }
   void run(Run run) { run_ = std::move(run); }
 
-  OpCheckResult check(Ops& reference, Ops& device, int repeats);
+  OpCheckResult check(Ops& reference, Ops& device, const OpCheckOptions& options);
 
  private:
   template <class T>
@@ -241,9 +242,10 @@ double Call::median_seconds(Ops& ops, const Placed& placed, int repeats, const c
   return seconds[seconds.size() / 2];
 }
 
-OpCheckResult Call::check(Ops& reference, Ops& device, int repeats) {
+OpCheckResult Call::check(Ops& reference, Ops& device, const OpCheckOptions& options) {
   Placed on_reference(reference, arrays_);
   if (prepare_) {
+    const ThreadCountScope threads(options.reference_threads);
     call_on(reference, on_reference, prepare_, "reference (its forward, for the inputs)");
     for (size_t i = 0; i < arrays_.size(); ++i) {
       if (arrays_[i].saved) arrays_[i].host = on_reference.read(arrays_[i], i);
@@ -255,8 +257,14 @@ OpCheckResult Call::check(Ops& reference, Ops& device, int repeats) {
 
   // The compared run, then the timed ones (which only move the in-place and accumulated values further:
   // their results are not read).
-  call_on(reference, on_reference, run_, "reference");
-  call_on(device, on_device, run_, "device");
+  {
+    const ThreadCountScope threads(options.reference_threads);
+    call_on(reference, on_reference, run_, "reference");
+  }
+  {
+    const ThreadCountScope threads(options.device_threads);
+    call_on(device, on_device, run_, "device");
+  }
   OpCheckResult result;
   result.op = op_;
   result.call = call_;
@@ -283,8 +291,8 @@ OpCheckResult Call::check(Ops& reference, Ops& device, int repeats) {
       result.worst_output = array.name;
     }
   }
-  result.reference_seconds = median_seconds(reference, on_reference, repeats, "reference");
-  result.device_seconds = median_seconds(device, on_device, repeats, "device");
+  result.reference_seconds = median_seconds(reference, on_reference, options.repeats, "reference");
+  result.device_seconds = median_seconds(device, on_device, options.repeats, "device");
   return result;
 }
 
@@ -1076,7 +1084,7 @@ std::vector<OpCheckResult> check_ops(const OpCheckShape& shape, Ops& reference, 
   for (size_t i = 0; i < calls.size(); ++i) {
     Call call(calls[i].op, calls[i].call, options.seed, i);
     calls[i].build(call);
-    results.push_back(call.check(reference, device, options.repeats));
+    results.push_back(call.check(reference, device, options));
   }
   return results;
 }

@@ -34,6 +34,9 @@ struct OpCheckOptions {
   Precision precision = Precision::F32;  // of the products, the attention, Newton-Schulz, the loss gradient
   int repeats = 5;                       // timed runs of each op on each backend, after the compared one
   uint64_t seed = 0;                     // of the random inputs
+  // The OpenMP threads each side's compared run has (0: as they are). The CPU against itself at two counts
+  // checks that no op's bits follow the thread count (every error must be 0).
+  int reference_threads = 0, device_threads = 0;
 };
 
 // One call of one op. Errors are over every output the op writes (integers compared as numbers, so a

@@ -17,6 +17,14 @@ int num_threads() {
   return omp_get_max_threads();
 }
 
+ThreadCountScope::ThreadCountScope(int n) : previous_(omp_get_max_threads()) {
+  if (n > 0) omp_set_num_threads(n);
+}
+
+ThreadCountScope::~ThreadCountScope() {
+  omp_set_num_threads(previous_);
+}
+
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -18,6 +18,20 @@ int available_cores();
 void set_user_thread_count(int n, const std::string& source);
 int num_threads();
 
+// The OpenMP thread count of the calling thread's task is `n` while this lives (n <= 0 leaves it as it is),
+// then what it was: for a library that threads by itself (oneDNN) held to one thread, or a check run at a
+// given count.
+class ThreadCountScope {
+ public:
+  explicit ThreadCountScope(int n);
+  ~ThreadCountScope();
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+
+ private:
+  int previous_;
+};
+
 // fn(i) for every i in [0, count), on the OpenMP threads (dynamically scheduled). An exception must not leave
 // a parallel region (that ends the process), so each is kept, and the first in index order is rethrown here
 // once every index has run.

@@ -14,8 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <omp.h>
-
 #include "backend/cpu/bf16_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vec_math.h"
@@ -264,7 +262,8 @@ void CpuOps::attention_forward(Precision precision, const float* q, const float*
   const HeadOperand v_in(precision, v, shape, KV, 1, attention_operands_[2], memory());
   auto product = [&](int64_t m, int64_t n, int64_t depth, float alpha, const MatrixView& a,
                      const MatrixView& b, float* c, int64_t ldc) {
-    gemm(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, 0.0f, c, ldc);
+    gemm_on_this_thread(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, 0.0f, c,
+                        ldc);
   };
 
 #pragma omp parallel for collapse(3) schedule(dynamic)
@@ -325,7 +324,8 @@ void CpuOps::attention_backward(Precision precision, const float* q, const float
   const HeadOperand dout_in(precision, dout, shape, H, groups, attention_operands_[3], memory());
   auto product = [&](int64_t m, int64_t n, int64_t depth, float alpha, const MatrixView& a,
                      const MatrixView& b, float beta, float* c, int64_t ldc) {
-    gemm(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, beta, c, ldc);
+    gemm_on_this_thread(precision, a.trans, b.trans, m, n, depth, alpha, a.data, a.ld, b.data, b.ld, beta, c,
+                        ldc);
   };
 
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -388,9 +388,15 @@ namespace {
 // prefetched meanwhile: the hardware prefetcher alone left the cores waiting on memory. A group's heads are
 // taken NQ at a time, so that each key or value vector loaded serves NQ queries.
 constexpr int64_t kDecodeKeys = 4;
-// A sequence's keys are split among threads when there are fewer sequences than threads, into ranges of at
-// least this many keys (each range's results are then merged by their log-sum-exp).
-constexpr int64_t kDecodeSplitKeys = 64;
+// A sequence's keys are cut into ranges of at least kDecodeRangeKeys keys, at most kMostDecodeRanges of
+// them, by its own cache length alone (never by the thread count or the other sequences of the batch, so that
+// a sequence decodes to the same bits whoever shares its steps): a long cache is shared among the threads
+// even for one sequence, and the ranges' results are merged by their log-sum-exp.
+constexpr int64_t kDecodeRangeKeys = 256, kMostDecodeRanges = 16;
+
+int64_t decode_ranges(int64_t keys) {
+  return std::clamp<int64_t>(keys / kDecodeRangeKeys, 1, kMostDecodeRanges);
+}
 
 // scores[q * ld_scores + j] = scale * query[q] . keys[j * ld] for NQ queries (D floats apart) and j < count
 // (at most kDecodeKeys). NK keys at a time, so that NQ * NK sums (8, or 4 for one query) are in flight (a
@@ -531,40 +537,44 @@ void CpuOps::attention_decode(const float* q, const float* const* keys, const fl
   const auto first_key = [&](int64_t b) {
     return shape.window > 0 ? std::max<int64_t>(0, lengths[b] - shape.window) : 0;
   };
-  int64_t widest = 0;
-  for (int64_t b = 0; b < B; ++b) widest = std::max(widest, lengths[b] - first_key(b));
-  const int64_t threads = omp_get_max_threads();
-  const int64_t splits =
-      B >= threads ? 1 : std::clamp<int64_t>(widest / kDecodeSplitKeys, 1, (threads + B - 1) / B);
-  // [B, splits, H] each key range's score max and weight sum, and [B, splits, H, D] its weighted values where
-  // a sequence's keys are split (out itself where not).
-  const int64_t ranges = B * splits;
+  // Sequence b's ranges are [first_range[b], first_range[b + 1]): the calling thread's vector, which the
+  // parallel loop reads through this reference (a thread_local named inside it would be each thread's own).
+  thread_local std::vector<int64_t> first_range_storage;
+  std::vector<int64_t>& first_range = first_range_storage;
+  first_range.assign(size_t(B + 1), 0);
+  for (int64_t b = 0; b < B; ++b)
+    first_range[b + 1] = first_range[b] + decode_ranges(lengths[b] - first_key(b));
+  const int64_t ranges = first_range[B];
+  // [ranges, H] each range's score max and weight sum, and [ranges, H, D] its weighted values where a
+  // sequence has several ranges (out itself where it has one).
   float* range_max = thread_scratch(size_t(ranges * H), 2);
   float* range_sum = thread_scratch(size_t(ranges * H), 3);
-  float* range_out = splits > 1 ? thread_scratch(size_t(ranges * H * D), 4) : out;
+  float* range_out = thread_scratch(size_t(ranges * H * D), 4);
 #pragma omp parallel for schedule(static)
   for (int64_t range = 0; range < ranges; ++range) {
-    const int64_t b = range / splits, split = range % splits, first = first_key(b),
-                  width = lengths[b] - first;
+    const int64_t b =
+        std::upper_bound(first_range.begin(), first_range.end(), range) - first_range.begin() - 1;
+    const int64_t splits = first_range[b + 1] - first_range[b], split = range - first_range[b];
+    const int64_t first = first_key(b), width = lengths[b] - first;
     const int64_t k0 = first + width * split / splits, k1 = first + width * (split + 1) / splits;
     float* sum = range_sum + range * H;
-    float* o = range_out + range * H * D;
+    float* o = splits > 1 ? range_out + range * H * D : out + b * H * D;
     decode_range(q + b * H * D, keys[b], values[b], k0, k1, shape, scale,
                  thread_scratch(size_t(H * (k1 - k0)), 0), o, range_max + range * H, sum);
     if (splits > 1) continue;
     for (int64_t h = 0; h < H; ++h) divide_by_sum(o + h * D, D, sum[h]);
   }
-  if (splits == 1) return;
-  // Each head's ranges merged: their sums rescaled to the largest max.
+  // Each head's ranges merged in order: their sums rescaled to the largest max.
   for (int64_t b = 0; b < B; ++b) {
+    const int64_t begin = first_range[b], end = first_range[b + 1];
+    if (end - begin == 1) continue;
     for (int64_t h = 0; h < H; ++h) {
       float largest = kNegInf, total = 0.0f;
-      for (int64_t split = 0; split < splits; ++split)
-        largest = std::max(largest, range_max[(b * splits + split) * H + h]);
+      for (int64_t range = begin; range < end; ++range) largest = std::max(largest, range_max[range * H + h]);
       float* o = out + (b * H + h) * D;
       std::fill(o, o + D, 0.0f);
-      for (int64_t split = 0; split < splits; ++split) {
-        const int64_t at = (b * splits + split) * H + h;
+      for (int64_t range = begin; range < end; ++range) {
+        const int64_t at = range * H + h;
         if (range_sum[at] == 0.0f) continue;  // an empty range
         const float weight = vexp(range_max[at] - largest);
         total += weight * range_sum[at];

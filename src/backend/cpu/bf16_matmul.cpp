@@ -34,17 +34,14 @@ struct Key {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t alpha_bits, beta_bits;
-  // oneDNN splits a product's work for the thread count at creation and runs that many threads: a count
-  // changed since (ThreadGovernor) needs its own primitive.
-  int threads;
   bool operator==(const Key&) const = default;
 };
 
 struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = size_t(key.trans_a) * 2 + size_t(key.trans_b);
-    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t(key.alpha_bits),
-                      int64_t(key.beta_bits), int64_t(key.threads)}) {
+    for (int64_t v :
+         {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t(key.alpha_bits), int64_t(key.beta_bits)}) {
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     }
     return h;
@@ -122,9 +119,9 @@ struct Primitive {
   memory::desc scratchpad;
 };
 
-// What one thread needs to run products: its stream, its rounded operands and scratchpad, and the memory
-// objects of each fixed-shape primitive it has run (made once: a step runs thousands of products).
-// Products run concurrently from the threads of a parallel loop (Muon's Newton-Schulz), one workspace each.
+// What one thread needs to run pieces: its stream, its scratchpad, and the memory objects of each
+// fixed-shape primitive it has run (made once: a step runs thousands of products). Pieces run concurrently
+// from the threads of a parallel loop (a product's pieces, Muon's Newton-Schulz), one workspace each.
 struct Workspace {
   std::mutex mutex;  // threads outside OpenMP regions share workspace 0
   dnnl::stream stream;
@@ -132,8 +129,7 @@ struct Workspace {
     memory a, b, c, scratchpad;
   };
   std::unordered_map<const Primitive*, Bound> bound;
-  std::vector<BFloat16> a, b;  // f32 operands rounded to bf16
-  AlignedBuffer scratchpad;    // the primitives' scratchpad
+  AlignedBuffer scratchpad;  // the primitives' scratchpad
 
   explicit Workspace(const dnnl::engine& engine) : stream(engine) {}
 };
@@ -422,37 +418,48 @@ int64_t Bf16Matmul::primitives() const {
   return int64_t(state_->primitives.size());
 }
 
-void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
-                     int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
-  if (m <= kFewRows && !ta && tb) {
-    if (b.type == DType::BF16) {
-      few_rows_product(m, n, k, alpha, a, lda, static_cast<const BFloat16*>(b.data), ldb, beta, c, ldc);
+void Bf16Matmul::run(const Product& product, ProductSplit split) {
+  const int64_t m = product.m, n = product.n, k = product.k, lda = product.lda, ldb = product.ldb;
+  const bool ta = product.trans_a == Trans::Yes, tb = product.trans_b == Trans::Yes;
+  if (m <= kFewRows && !ta && tb) {  // each output a whole dot product: the same bits on any thread count
+    if (product.b.type == DType::BF16) {
+      few_rows_product(m, n, k, product.alpha, product.a, lda, static_cast<const BFloat16*>(product.b.data),
+                       ldb, product.beta, product.c, product.ldc);
       return;
     }
     // An f32 weight is rounded first, so that it gives the bits its bf16 copy gives (the model passes bf16
     // copies; this serves callers that do not).
     thread_local std::vector<BFloat16> weights;  // [n, k], row stride ldb
-    round_matrix_to_bf16(static_cast<const float*>(b.data), n, k, ldb, weights);
-    few_rows_product(m, n, k, alpha, a, lda, weights.data(), ldb, beta, c, ldc);
+    round_matrix_to_bf16(static_cast<const float*>(product.b.data), n, k, ldb, weights);
+    few_rows_product(m, n, k, product.alpha, product.a, lda, weights.data(), ldb, product.beta, product.c,
+                     product.ldc);
     return;
   }
+  // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]): bf16 operands are read where they are,
+  // f32 ones rounded once into the calling thread's scratch, which every piece then reads.
+  thread_local std::vector<BFloat16> a_rounded, b_rounded;
+  Product rounded = product;
+  if (product.a.type != DType::BF16) {
+    const float* values = static_cast<const float*>(product.a.data);
+    ta ? round_matrix_to_bf16(values, k, m, lda, a_rounded)
+       : round_matrix_to_bf16(values, m, k, lda, a_rounded);
+    rounded.a = a_rounded.data();
+  }
+  if (product.b.type != DType::BF16) {
+    const float* values = static_cast<const float*>(product.b.data);
+    tb ? round_matrix_to_bf16(values, n, k, ldb, b_rounded)
+       : round_matrix_to_bf16(values, k, n, ldb, b_rounded);
+    rounded.b = b_rounded.data();
+  }
+  run_product_pieces(rounded, product_pieces(split, m, n, k),
+                     [this](const Product& piece) { multiply(piece); });
+}
+
+void Bf16Matmul::multiply(const Product& piece) {
+  const int64_t m = piece.m, n = piece.n, k = piece.k;
+  const bool ta = piece.trans_a == Trans::Yes, tb = piece.trans_b == Trans::Yes;
   Workspace& w = state_->workspace();
   std::lock_guard lock(w.mutex);
-  // A is stored [m, k] (or [k, m] transposed), B [k, n] (or [n, k]): bf16 operands are read where they
-  // are, f32 ones rounded into scratch first.
-  const void* a_data = a.data;
-  if (a.type != DType::BF16) {
-    const float* values = static_cast<const float*>(a.data);
-    ta ? round_matrix_to_bf16(values, k, m, lda, w.a) : round_matrix_to_bf16(values, m, k, lda, w.a);
-    a_data = w.a.data();
-  }
-  const void* b_data = b.data;
-  if (b.type != DType::BF16) {
-    const float* values = static_cast<const float*>(b.data);
-    tb ? round_matrix_to_bf16(values, n, k, ldb, w.b) : round_matrix_to_bf16(values, k, n, ldb, w.b);
-    b_data = w.b.data();
-  }
   // m or k of any other than a fixed size (an expert's rows) is given at run time, so that one primitive
   // serves every size and no operand is copied: oneDNN then multiplies with its gemm kernels, which ran an
   // untuned shape's expert products 3-9% faster than padding them to a bucket or splitting them at one did,
@@ -463,34 +470,33 @@ void Bf16Matmul::run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t
                 runtime_m ? kRuntime : m,
                 n,
                 runtime_k ? kRuntime : k,
-                lda,
-                ldb,
-                ldc,
-                std::bit_cast<uint32_t>(alpha),
-                std::bit_cast<uint32_t>(beta),
-                omp_in_parallel() ? 1 : omp_get_max_threads()};
-  const Primitive& product = state_->primitive(key);
-  if (w.scratchpad.size() < product.scratchpad.get_size())
-    w.scratchpad = AlignedBuffer(product.scratchpad.get_size());
+                piece.lda,
+                piece.ldb,
+                piece.ldc,
+                std::bit_cast<uint32_t>(piece.alpha),
+                std::bit_cast<uint32_t>(piece.beta)};
+  const Primitive& primitive = state_->primitive(key);
+  if (w.scratchpad.size() < primitive.scratchpad.get_size())
+    w.scratchpad = AlignedBuffer(primitive.scratchpad.get_size());
   const dnnl::engine& engine = state_->engine;
-  auto [it, made] = w.bound.try_emplace(&product);
+  auto [it, made] = w.bound.try_emplace(&primitive);
   Workspace::Bound& bound = it->second;
   if (made || runtime_m || runtime_k) {
     // A runtime size takes memory objects of this call's sizes.
     const auto bf16 = memory::data_type::bf16;
-    bound = {memory(matrix_desc(m, k, lda, ta, bf16), engine, nullptr),
-             memory(matrix_desc(k, n, ldb, tb, bf16), engine, nullptr),
-             memory(matrix_desc(m, n, ldc, false, memory::data_type::f32), engine, nullptr),
-             memory(product.scratchpad, engine, nullptr)};
+    bound = {memory(matrix_desc(m, k, piece.lda, ta, bf16), engine, nullptr),
+             memory(matrix_desc(k, n, piece.ldb, tb, bf16), engine, nullptr),
+             memory(matrix_desc(m, n, piece.ldc, false, memory::data_type::f32), engine, nullptr),
+             memory(primitive.scratchpad, engine, nullptr)};
   }
-  bound.a.set_data_handle(const_cast<void*>(a_data));
-  bound.b.set_data_handle(const_cast<void*>(b_data));
-  bound.c.set_data_handle(c);
+  bound.a.set_data_handle(const_cast<void*>(piece.a.data));
+  bound.b.set_data_handle(const_cast<void*>(piece.b.data));
+  bound.c.set_data_handle(piece.c);
   bound.scratchpad.set_data_handle(w.scratchpad.data());
-  product.matmul.execute(w.stream, {{DNNL_ARG_SRC, bound.a},
-                                    {DNNL_ARG_WEIGHTS, bound.b},
-                                    {DNNL_ARG_DST, bound.c},
-                                    {DNNL_ARG_SCRATCHPAD, bound.scratchpad}});
+  primitive.matmul.execute(w.stream, {{DNNL_ARG_SRC, bound.a},
+                                      {DNNL_ARG_WEIGHTS, bound.b},
+                                      {DNNL_ARG_DST, bound.c},
+                                      {DNNL_ARG_SCRATCHPAD, bound.scratchpad}});
   w.stream.wait();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // bf16 matrix products on the CPU: oneDNN's matmul primitive (AMX or AVX512-BF16 kernels, f32
-// accumulation), created once per shape and kept. f32 operands are rounded to bf16 into scratch owned here.
+// accumulation), created once per shape and kept, run on one thread per piece of a product
+// (product_pieces.h). f32 operands are rounded to bf16 once per product, before its pieces run.
 //
 // The rows an expert receives change every step. Sizes of m and k on a short list (bf16_fixed_size) get
 // primitives of their own (creating one costs ~0.5 ms, as much as the product of an expert's rows); any
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cpu/product_pieces.h"
 #include "backend/ops.h"
 
 namespace zaya {
@@ -19,15 +21,17 @@ class Bf16Matmul {
   Bf16Matmul();
   ~Bf16Matmul();
 
-  // As Ops::gemm with Precision::BF16; m, n, k >= 1. Thread-safe: the threads of an OpenMP parallel loop
-  // run their products at once (each with its own workspace); other callers take turns.
-  void run(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, Operand a, int64_t lda,
-           Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
+  // As Ops::gemm with Precision::BF16, run as `split` says; m, n, k >= 1. Thread-safe: the threads of an
+  // OpenMP parallel loop run their products at once (each with its own workspace); other callers take turns.
+  void run(const Product& product, ProductSplit split);
   // Primitives created so far (bounded by the fixed sizes; tested).
   int64_t primitives() const;
 
  private:
   struct State;
+  // One piece with bf16 operands, on the calling thread.
+  void multiply(const Product& piece);
+
   std::unique_ptr<State> state_;
 };
 

@@ -217,8 +217,8 @@ void CpuOps::cca_conv_forward(Precision precision, const float* x, const Attenti
       for (int64_t t = 0; t < seq; ++t)
         std::memcpy(o + t * channels, g_bias + g * d, size_t(d) * sizeof(float));
       for (int64_t a = 0; a < k1; ++a) {
-        gemm(precision, Trans::No, Trans::Yes, seq, d, d, 1.0f, dw_rows.at(g, b * dw_len + a), dw_rows.ld(),
-             tap_rows.at(0, a * channels + g * d), d, 1.0f, o, channels);
+        gemm_on_this_thread(precision, Trans::No, Trans::Yes, seq, d, d, 1.0f, dw_rows.at(g, b * dw_len + a),
+                            dw_rows.ld(), tap_rows.at(0, a * channels + g * d), d, 1.0f, o, channels);
       }
     }
   }
@@ -297,8 +297,9 @@ void CpuOps::cca_conv_backward(Precision precision, const float* x, const float*
       float* target = d_dw + b * dw_len * channels + g * d;
       for (int64_t j = 0; j < dw_len; ++j) std::memset(target + j * channels, 0, size_t(d) * sizeof(float));
       for (int64_t a = 0; a < k1; ++a) {
-        gemm(precision, Trans::No, Trans::No, seq, d, d, 1.0f, dout_rows.at(g, b * seq), dout_rows.ld(),
-             tap_rows.at(0, a * channels + g * d), d, 1.0f, target + a * channels, channels);
+        gemm_on_this_thread(precision, Trans::No, Trans::No, seq, d, d, 1.0f, dout_rows.at(g, b * seq),
+                            dout_rows.ld(), tap_rows.at(0, a * channels + g * d), d, 1.0f,
+                            target + a * channels, channels);
       }
     }
   }
@@ -309,8 +310,9 @@ void CpuOps::cca_conv_backward(Precision precision, const float* x, const float*
     for (int64_t a = 0; a < k1; ++a) {
       float* dtap = d_taps + (a * channels + g * d) * d;
       for (int64_t b = 0; b < batch; ++b) {
-        gemm(precision, Trans::Yes, Trans::No, d, d, seq, 1.0f, dout_rows.at(g, b * seq), dout_rows.ld(),
-             dw_rows.at(g, b * dw_len + a), dw_rows.ld(), b == 0 ? 0.0f : 1.0f, dtap, d);
+        gemm_on_this_thread(precision, Trans::Yes, Trans::No, d, d, seq, 1.0f, dout_rows.at(g, b * seq),
+                            dout_rows.ld(), dw_rows.at(g, b * dw_len + a), dw_rows.ld(), b == 0 ? 0.0f : 1.0f,
+                            dtap, d);
       }
     }
   }

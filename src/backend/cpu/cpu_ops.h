@@ -5,6 +5,7 @@
 #include <array>
 #include <vector>
 
+#include "backend/cpu/product_pieces.h"
 #include "backend/ops.h"
 #include "core/buffer.h"
 
@@ -125,13 +126,21 @@ class CpuOps final : public Ops {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
 
  private:
+  // Ops::gemm, whole on the calling thread: for the products of a kernel's own parallel loop (its bits, as
+  // gemm's, follow the shape alone).
+  void gemm_on_this_thread(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
+                           int64_t ldc);
+  void multiply(const Product& product, Precision precision, ProductSplit split);
   // C [r, r] = alpha A [r, k] op(B) + beta C where the product is symmetric (A X^T with B = X, or A A with A
   // symmetric): only the blocks on and above the diagonal are multiplied, and those below are their mirror
   // images. beta's C must be symmetric too.
-  void symmetric_product(Precision precision, Trans trans_b, int64_t r, int64_t k, float alpha, Operand a,
-                         int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
-  // One matrix of newton_schulz, in the working memory newton_schulz sizes for it.
-  void orthogonalise(Precision precision, float* x, int64_t rows, int64_t cols, int steps,
+  void symmetric_product(Precision precision, ProductSplit split, Trans trans_b, int64_t r, int64_t k,
+                         float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
+                         int64_t ldc);
+  // One matrix of newton_schulz, in the working memory newton_schulz sizes for it, its products run as
+  // `split` says.
+  void orthogonalise(Precision precision, ProductSplit split, float* x, int64_t rows, int64_t cols, int steps,
                      const float coefficients[3], void* scratch);
   // Newton-Schulz's working memory, one buffer per thread (a batch runs one matrix per thread).
   std::vector<AlignedBuffer> newton_schulz_scratch_;

@@ -1,5 +1,5 @@
-// Matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), and the bias add and
-// reduction that go with linear layers.
+// Matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), each piece of a product on
+// one thread (product_pieces.h), and the bias add and reduction that go with linear layers.
 
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -14,22 +14,38 @@ namespace zaya {
 void CpuOps::gemm(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
                   int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // an empty sum: only the beta scaling remains (oneDNN wants k >= 1)
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+  multiply({trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, precision, ProductSplit::Pieces);
+}
+
+void CpuOps::gemm_on_this_thread(Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n,
+                                 int64_t k, float alpha, Operand a, int64_t lda, Operand b, int64_t ldb,
+                                 float beta, float* c, int64_t ldc) {
+  multiply({trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, precision, ProductSplit::Whole);
+}
+
+void CpuOps::multiply(const Product& product, Precision precision, ProductSplit split) {
+  if (product.m == 0 || product.n == 0) return;
+  if (product.k == 0) {  // an empty sum: only the beta scaling remains (oneDNN wants k >= 1)
+    for (int64_t i = 0; i < product.m; ++i) {
+      float* row = product.c + i * product.ldc;
+      for (int64_t j = 0; j < product.n; ++j) row[j] = product.beta == 0 ? 0.0f : product.beta * row[j];
     }
     return;
   }
   if (precision == Precision::BF16) {
-    cpu_bf16_matmul().run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    cpu_bf16_matmul().run(product, split);
     return;
   }
-  if (a.type != DType::F32 || b.type != DType::F32) throw Error("an f32 product was given a bf16 operand");
-  const dnnl_status_t status = dnnl_sgemm(
-      trans_a == Trans::Yes ? 'T' : 'N', trans_b == Trans::Yes ? 'T' : 'N', m, n, k, alpha,
-      static_cast<const float*>(a.data), lda, static_cast<const float*>(b.data), ldb, beta, c, ldc);
-  if (status != dnnl_success) throw Error(cat("oneDNN sgemm failed with status ", int(status)));
+  if (product.a.type != DType::F32 || product.b.type != DType::F32)
+    throw Error("an f32 product was given a bf16 operand");
+  const ProductPieces pieces = product_pieces(split, product.m, product.n, product.k);
+  run_product_pieces(product, pieces, [](const Product& piece) {
+    const dnnl_status_t status =
+        dnnl_sgemm(piece.trans_a == Trans::Yes ? 'T' : 'N', piece.trans_b == Trans::Yes ? 'T' : 'N', piece.m,
+                   piece.n, piece.k, piece.alpha, static_cast<const float*>(piece.a.data), piece.lda,
+                   static_cast<const float*>(piece.b.data), piece.ldb, piece.beta, piece.c, piece.ldc);
+    if (status != dnnl_success) throw Error(cat("oneDNN sgemm failed with status ", int(status)));
+  });
 }
 
 bool CpuOps::fast_bf16() const {

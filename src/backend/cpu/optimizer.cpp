@@ -78,20 +78,21 @@ void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
 
 }  // namespace
 
-void CpuOps::symmetric_product(Precision precision, Trans trans_b, int64_t r, int64_t k, float alpha,
-                               Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c,
-                               int64_t ldc) {
+void CpuOps::symmetric_product(Precision precision, ProductSplit split, Trans trans_b, int64_t r, int64_t k,
+                               float alpha, Operand a, int64_t lda, Operand b, int64_t ldb, float beta,
+                               float* c, int64_t ldc) {
   for (int64_t i0 = 0; i0 < r; i0 += kSymmetricBlock) {
     const int64_t rows = std::min(kSymmetricBlock, r - i0);
-    gemm(precision, Trans::No, trans_b, rows, r - i0, k, alpha, a.offset(i0 * lda), lda,
-         b.offset(trans_b == Trans::Yes ? i0 * ldb : i0), ldb, beta, c + i0 * ldc + i0, ldc);
+    multiply({Trans::No, trans_b, rows, r - i0, k, alpha, a.offset(i0 * lda), lda,
+              b.offset(trans_b == Trans::Yes ? i0 * ldb : i0), ldb, beta, c + i0 * ldc + i0, ldc},
+             precision, split);
     // Left of the diagonal block: the columns above it, which the earlier row blocks computed.
     transpose(c + i0, i0, rows, ldc, c + i0 * ldc, ldc);
   }
 }
 
-void CpuOps::orthogonalise(Precision precision, float* x, int64_t rows, int64_t cols, int steps,
-                           const float coefficients[3], void* scratch) {
+void CpuOps::orthogonalise(Precision precision, ProductSplit split, float* x, int64_t rows, int64_t cols,
+                           int steps, const float coefficients[3], void* scratch) {
   // The iteration runs on the wide side: X [r, c] with r <= c, so A = X X^T is the smaller Gram matrix.
   const int64_t r = std::min(rows, cols), c = std::max(rows, cols);
   float* current = static_cast<float*>(scratch);
@@ -114,21 +115,23 @@ void CpuOps::orthogonalise(Precision precision, float* x, int64_t rows, int64_t 
     BFloat16* a16 = x16 + r * c;                             // [r, r]
     for (int step = 0; step < steps; ++step) {
       convert_to_bf16(current, r * c, x16);
-      symmetric_product(precision, Trans::Yes, r, c, 1.0f, x16, c, x16, c, 0.0f, a, r);
+      symmetric_product(precision, split, Trans::Yes, r, c, 1.0f, x16, c, x16, c, 0.0f, a, r);
       convert_to_bf16(a, r * r, a16);
-      symmetric_product(precision, Trans::No, r, r, qc, a16, r, a16, r, qb, a, r);
+      symmetric_product(precision, split, Trans::No, r, r, qc, a16, r, a16, r, qb, a, r);
       convert_to_bf16(a, r * r, a16);
-      gemm(precision, Trans::No, Trans::No, r, c, r, 1.0f, a16, r, x16, c, qa, current, c);
+      multiply({Trans::No, Trans::No, r, c, r, 1.0f, a16, r, x16, c, qa, current, c}, precision, split);
     }
   } else {
     float* next = a + r * r;  // [r, c]
     float* b = next + r * c;  // [r, r]
     for (int step = 0; step < steps; ++step) {
-      symmetric_product(precision, Trans::Yes, r, c, 1.0f, current, c, current, c, 0.0f, a, r);  // A = X X^T
+      symmetric_product(precision, split, Trans::Yes, r, c, 1.0f, current, c, current, c, 0.0f, a,
+                        r);  // A = X X^T
       std::copy(a, a + r * r, b);
-      symmetric_product(precision, Trans::No, r, r, qc, a, r, a, r, qb, b, r);  // B = b A + c A A
+      symmetric_product(precision, split, Trans::No, r, r, qc, a, r, a, r, qb, b, r);  // B = b A + c A A
       std::copy(current, current + r * c, next);
-      gemm(Trans::No, Trans::No, r, c, r, 1.0f, b, r, current, c, qa, next, c);  // X' = a X + B X
+      multiply({Trans::No, Trans::No, r, c, r, 1.0f, b, r, current, c, qa, next, c}, Precision::F32,
+               split);  // X' = a X + B X
       std::swap(current, next);
     }
   }
@@ -148,17 +151,18 @@ void CpuOps::newton_schulz(Precision precision, float* x, int64_t count, int64_t
                            : (narrow * wide + narrow * narrow) * 2 * sizeof(float);
   const int threads = count > 1 ? omp_get_max_threads() : 1;
   if (newton_schulz_scratch_.size() < size_t(threads)) newton_schulz_scratch_.resize(size_t(threads));
-  // A batch runs one matrix per thread, its products serial (nested regions run on one thread). A matrix
-  // alone runs its products on every thread only when they are large: below ~2^27 multiply-adds per
-  // product, waking the threads costs more than they save (measured on 2 cores: a 256 x 256 matrix takes
-  // 3 ms serial, 36 ms threaded; 1024 x 1024 takes 213 ms serial, 110 ms threaded).
-  const bool threaded_products = count == 1 && narrow * narrow * wide >= (size_t(1) << 27);
+  // A batch runs one matrix per thread, its products whole on that thread. A matrix alone runs its products
+  // in pieces over every thread only when they are large: below ~2^27 multiply-adds per product, waking the
+  // threads costs more than they save (measured on 2 cores: a 256 x 256 matrix takes 3 ms serial, 36 ms
+  // threaded; 1024 x 1024 takes 213 ms serial, 110 ms threaded). Which of the two follows the shapes alone.
+  const ProductSplit split =
+      count == 1 && narrow * narrow * wide >= (size_t(1) << 27) ? ProductSplit::Pieces : ProductSplit::Whole;
 #pragma omp parallel for schedule(dynamic) if (count > 1)
   for (int64_t e = 0; e < count; ++e) {
-    if (!threaded_products) omp_set_num_threads(1);  // for the regions nested in this one only
+    if (split == ProductSplit::Whole) omp_set_num_threads(1);  // for the regions nested in this one only
     AlignedBuffer& scratch = newton_schulz_scratch_[size_t(omp_get_thread_num())];
     if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
-    orthogonalise(precision, x + e * rows * cols, rows, cols, steps, coefficients, scratch.data());
+    orthogonalise(precision, split, x + e * rows * cols, rows, cols, steps, coefficients, scratch.data());
   }
 }
 
