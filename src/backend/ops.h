@@ -81,8 +81,8 @@ class Ops {
             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     gemm(Precision::F32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  // Whether bf16 products run at full speed here (the CPU has AVX512-BF16 or AMX): what the precision
-  // "auto" chooses.
+  // Whether this device has bf16 product instructions (a GPU; a CPU with AVX512-BF16 or AMX). Having them is
+  // not running them fast: precision "auto" measures (precision_policy.h).
   virtual bool fast_bf16() const = 0;
   // dst[i] = bf16(src[i]), round to nearest even (the weights' low-precision copies).
   virtual void convert_to_bf16(const float* src, int64_t count, BFloat16* dst) = 0;

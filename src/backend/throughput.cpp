@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
 #include "core/buffer.h"
+#include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 
 namespace zaya {
 
@@ -36,6 +40,62 @@ double measure_gemm_flops(Ops& ops, Precision precision, int64_t size, int repea
     if (run > 0) seconds.push_back(elapsed.count());  // run 0 warms caches and the kernel selection
   }
   return 2.0 * double(size) * double(size) * double(size) / *std::min_element(seconds.begin(), seconds.end());
+}
+
+namespace {
+
+// Start-up rounds end once a round raises the rate by less than this, or after kMostRounds.
+constexpr double kSettled = 0.02;
+constexpr int kMostRounds = 6;
+
+}  // namespace
+
+GemmRate::GemmRate(std::function<double()> measure, std::string method)
+    : measure_(std::move(measure)), method_(std::move(method)) {
+  best_ = measure_();
+  measurements_ = 1;
+  for (int round = 1; round < kMostRounds; ++round) {
+    const double before = best_;
+    remeasure();
+    if (best_ <= before * (1 + kSettled)) break;
+  }
+}
+
+bool GemmRate::remeasure() {
+  const double measured = measure_();
+  ++measurements_;
+  if (!(measured > best_)) return false;
+  best_ = measured;
+  return true;
+}
+
+double GemmRate::mfu(double model_flops, bool* raised) {
+  bool changed = false;
+  if (model_flops > best_) {
+    changed = remeasure();
+    if (model_flops > best_) {
+      best_ = model_flops;
+      changed = true;
+    }
+  }
+  if (raised) *raised = changed;
+  return best_ > 0 ? model_flops / best_ : 0.0;
+}
+
+std::string GemmRate::describe() const {
+  return cat(method_, ": ", std::lround(best_ / 1e9), " GFLOP/s, the best of ", measurements_,
+             measurements_ == 1 ? " measurement" : " measurements");
+}
+
+GemmRate gemm_rate(Ops& ops, Precision precision, int threads) {
+  const int64_t size = ops.rate_probe_size();
+  return GemmRate(
+      [&ops, precision, threads] {
+        const ThreadCountScope scope(threads);
+        return measure_gemm_flops(ops, precision);
+      },
+      cat(precision == Precision::BF16 ? "bf16 GEMM " : "sgemm ", size, "^3 on ", threads,
+          threads == 1 ? " thread" : " threads", " (each measurement the fastest of 15 runs)"));
 }
 
 }  // namespace zaya

@@ -172,8 +172,10 @@ void run_step_bench(const StepArgs& args) {
   const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
   const Batch batch{ids.data(), labels.data(), nullptr, args.batch, args.seq};
 
-  const Precision precision = resolve_precision(args.precision, ops, "--precision");
-  const double gemm_flops = measure_gemm_flops(ops, precision);
+  const PrecisionChoice choice =
+      resolve_precision(args.precision, device, dominant_products(dims, tokens), "--precision");
+  const Precision precision = choice.precision;
+  GemmRate gemm = gemm_rate(ops, precision, num_threads());
   std::unique_ptr<ParameterStore> placed =
       device.on_host() ? nullptr : place_parameters(*model.params, ops.memory());
   ParameterStore& params = placed ? *placed : *model.params;
@@ -196,9 +198,9 @@ void run_step_bench(const StepArgs& args) {
   const ModelStats stats = model_stats(model.params->table(), dims, args.seq);
   const double tokens_per_second = double(tokens) / step_seconds;
   const double model_flops = stats.training_flops_per_token * tokens_per_second;
-  const double mfu = model_flops / gemm_flops;
+  const double mfu = gemm.mfu(model_flops);
+  const double gemm_flops = gemm.flops();
   const double peak_mfu = args.peak_tflops > 0 ? model_flops / (args.peak_tflops * 1e12) : 0.0;
-  const int64_t probe = ops.rate_probe_size();
   if (args.json) {
     nlohmann::json out = {{"source", args.source.describe()},
                           {"device", device.description},
@@ -221,9 +223,8 @@ void run_step_bench(const StepArgs& args) {
   std::printf("%s, %lld layers: batch %lld x %lld = %lld tokens on %s, %d threads, %s\n",
               args.source.describe().c_str(), (long long)dims.layers, (long long)args.batch,
               (long long)args.seq, (long long)tokens, device.description.c_str(), num_threads(),
-              describe_precision(args.precision, precision).c_str());
-  std::printf("%s %lld^3: %.1f GFLOP/s (fastest of 15)\n",
-              precision == Precision::BF16 ? "bf16 GEMM" : "sgemm", (long long)probe, gemm_flops / 1e9);
+              choice.description.c_str());
+  std::printf("%s\n", gemm.describe().c_str());
   std::printf(
       "forward+backward: %.3f s/step (median of %d), %.0f tokens/s, %.1f GFLOP/s of model FLOPs, MFU "
       "%.1f%%\n",
@@ -296,7 +297,9 @@ void run_decode_bench(const DecodeArgs& args) {
         .field("--prompt");
   }
   const ModelDims& dims = model.params->dims();
-  const Precision precision = resolve_precision(args.precision, ops, "--precision");
+  const PrecisionChoice choice = resolve_precision(args.precision, select_device("cpu", "--device"),
+                                                   dominant_products(dims, args.batch), "--precision");
+  const Precision precision = choice.precision;
   ZayaModel zaya(*model.params, ops, precision);
   // One sequence, and the batch beside it unless the batch is one sequence too.
   const std::vector<int64_t> sizes =
@@ -313,7 +316,7 @@ void run_decode_bench(const DecodeArgs& args) {
   }
   std::printf("%s: prompts of %lld tokens, %lld new tokens each, %d threads, %s\n",
               args.source.describe().c_str(), (long long)args.prompt, (long long)args.new_tokens,
-              num_threads(), describe_precision(args.precision, precision).c_str());
+              num_threads(), choice.description.c_str());
   const double single = median(rates[0]);
   if (sizes.size() == 1) {
     std::printf("decode, median of %d runs: 1 sequence %.1f tokens/s\n", args.runs, single);
@@ -359,7 +362,9 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
 
   Ops& ops = cpu_ops();
-  const Precision precision = resolve_precision(args.precision, ops, "--precision");
+  const Precision precision = resolve_precision(args.precision, select_device("cpu", "--device"),
+                                                dominant_products(dims, tokens), "--precision")
+                                  .precision;
   ZayaModel model(params, ops, precision);
   Optimizer optimizer(params, {}, ops, {}, precision);
   std::vector<double> forward_backward, step, muon, adamw;

@@ -147,7 +147,8 @@ void run_eval(const EvalArgs& args) {
   // Read every input before the model runs: a bad line in the last file fails at once.
   std::vector<TaskFile> tasks;
   for (const std::string& path : args.tasks) tasks.push_back(read_task_file(path, args.limit));
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision, 4096);
+  if (args.precision == "auto") std::fprintf(stderr, "zaya eval: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
   const int64_t max_length =
       args.max_length > 0 ? args.max_length : loaded.model.config.max_position_embeddings;

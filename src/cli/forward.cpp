@@ -78,7 +78,10 @@ void run_forward(const ForwardArgs& args) {
   std::unique_ptr<ParameterStore> placed =
       device.on_host() ? nullptr : place_parameters(*loaded.params, ops.memory());
   ParameterStore& params = placed ? *placed : *loaded.params;
-  ZayaModel model(params, ops, resolve_precision(args.precision, ops, "--precision"));
+  const Precision precision =
+      resolve_precision(args.precision, device, dominant_products(params.dims(), batch * seq), "--precision")
+          .precision;
+  ZayaModel model(params, ops, precision);
   const Batch data{ids.data(), labels.data(), mask.empty() ? nullptr : mask.data(), batch, seq};
   ForwardResult result;
   if (args.grads) {

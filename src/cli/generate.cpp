@@ -24,7 +24,9 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& args) {
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision, 1);
+  if (args.precision == "auto")
+    std::fprintf(stderr, "zaya generate: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
   ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
   SamplingOptions options = args.sampling;

@@ -1,5 +1,6 @@
 // `zaya`: the command line. Parses, dispatches to one subcommand, and turns every failure into a one-line
-// message: exit 2 for a bad command line, 1 for anything else that went wrong.
+// message: exit 2 for a bad command line, 1 for anything else that went wrong, or the code a command gave its
+// error (zaya train's, core/exit_codes.h).
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/threads.h"
 
 #if defined(ZAYA_GPU_BACKEND)
@@ -59,16 +61,19 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "zaya: %s (see 'zaya --help')\n", e.what());
     }
-    return 2;
+    return zaya::kExitBadInput;
+  } catch (const zaya::cli::CommandFailed& e) {
+    std::fprintf(stderr, "zaya: error: %s\n", e.what());
+    return e.exit_code();
   } catch (const zaya::Error& e) {
     std::fprintf(stderr, "zaya: error: %s\n", e.what());
-    return 1;
+    return zaya::kExitFailed;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "zaya: error: out of memory\n");
-    return 1;
+    return zaya::kExitFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zaya: error: %s\n", e.what());
-    return 1;
+    return zaya::kExitFailed;
   }
-  return 0;
+  return zaya::kExitDone;
 }

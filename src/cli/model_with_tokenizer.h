@@ -2,6 +2,7 @@
 // What the commands that read and write text with a model (generate, eval, serve) load: the model directory
 // and its tokenizer.json (or another one), checked against each other.
 
+#include <cstdint>
 #include <string>
 
 #include "core/precision.h"
@@ -18,15 +19,17 @@ struct ModelWithTokenizer {
   LoadedModel model;
   Tokenizer tokenizer;
   std::string tokenizer_path;
-  Precision precision;  // the one to build the ZayaModel in: its store was loaded for it
+  Precision precision;                // the one to build the ZayaModel in: its store was loaded for it
+  std::string precision_description;  // for the log: the precision, and how "auto" chose it
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
 // model has no embedding for. The model only runs forward, in the precision `precision_setting` (a
-// --precision, see add_precision_option) resolves to on the CPU: in bf16 it holds its expert weights as bf16
-// alone (ExpertValues::Bf16).
+// --precision, see add_precision_option) resolves to on the CPU ("auto": measured on the products of passes
+// over `rows_per_pass` rows, the command's usual): in bf16 it holds its expert weights as bf16 alone
+// (ExpertValues::Bf16).
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
-                                             const std::string& precision_setting);
+                                             const std::string& precision_setting, int64_t rows_per_pass);
 
 // Those commands' --precision (fp32, bf16 or auto; fp32 by default, transformers' numbers, as scoring
 // expects), into `setting` (for load_model_with_tokenizer).

@@ -37,7 +37,10 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision);
+  ModelWithTokenizer loaded =
+      load_model_with_tokenizer(args.model, args.tokenizer, args.precision, args.options.max_running);
+  if (args.precision == "auto")
+    std::fprintf(stderr, "zaya serve: %s\n", loaded.precision_description.c_str());
   ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;

@@ -1,8 +1,9 @@
 // `zaya train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--print-param-groups]`: the main job.
-// Resumes by itself when DIR holds a checkpoint. SIGINT and SIGTERM finish the step, write a checkpoint and
-// exit 0; too many non-finite steps in a row exit 3. Started by an MPI launcher (`mpirun -np N zaya train
-// ...`, `srun zaya train ...`), it trains data-parallel over the ranks; an error on any rank is printed with
-// its rank and ends the whole job.
+// Resumes by itself when DIR holds a checkpoint. Its exit code says what happened (core/exit_codes.h): 0
+// finished, 2 bad input (before training began), 1 an error while training, 3 diverged, 4 hung, 75 stopped by
+// SIGINT or SIGTERM after its checkpoint. Started by an MPI launcher (`mpirun -np N zaya train ...`, `srun
+// zaya train ...`), it trains data-parallel over the ranks; an error on any rank is printed with its rank and
+// ends the whole job with that error's code.
 
 #include <pthread.h>
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
@@ -70,7 +72,15 @@ struct TrainArgs {
   bool print_param_groups = false;
 };
 
-void run_train(const TrainArgs& args) {
+// The exit code an error ends a run with: an Error is an input found wrong before training began (the run
+// throws RunFailure for its errors once training began); anything else (out of memory, a library's
+// exception) is a failure.
+int exit_code_of(const std::exception& error) {
+  return dynamic_cast<const Error*>(&error) ? kExitBadInput : kExitFailed;
+}
+
+// Returns the exit code of the run's outcome (0, diverged or stopped); throws on an error.
+int train(const TrainArgs& args) {
   const TrainConfig config = load_train_config(args.config, args.overrides);
   if (args.print_param_groups) {
     const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
@@ -79,7 +89,7 @@ void run_train(const TrainArgs& args) {
     std::printf("%s", describe_param_groups(
                           assign_param_groups(ParameterTable(model_dims(model)), config.optimizer.groups))
                           .c_str());
-    return;
+    return kExitDone;
   }
   if (args.run_dir.empty()) throw Error("is required to train").field("--run-dir");
   refuse_tasks_without_mpi();
@@ -98,10 +108,22 @@ void run_train(const TrainArgs& args) {
     // The other ranks may be waiting in a collective: end them all, with the reason from this one.
     std::fprintf(stderr, "zaya: error on rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
     std::fflush(stderr);
-    comm->abort(1);
+    comm->abort(exit_code_of(e));
   }
-  comm.reset();  // MPI is finalised before the exit below
-  if (result.outcome == TrainOutcome::Diverged) std::exit(3);
+  comm.reset();  // MPI is finalised before the exit
+  if (result.outcome == TrainOutcome::Diverged) return kExitDiverged;
+  if (result.outcome == TrainOutcome::Interrupted) return kExitStopped;
+  return kExitDone;
+}
+
+void run_train(const TrainArgs& args) {
+  int code = kExitDone;
+  try {
+    code = train(args);
+  } catch (const Error& e) {  // a RunFailure, like any other exception, exits kExitFailed (main)
+    throw CommandFailed(kExitBadInput, e.what());
+  }
+  if (code != kExitDone) std::exit(code);  // every object of the run is gone by now
 }
 
 }  // namespace

@@ -50,10 +50,10 @@ void HangWatchdog::watch() {
         "zaya: %s: no progress for %.0f s (run.hang_timeout_s), %s%s%s; ending the job (exit %d) so that "
         "a restart resumes from the last checkpoint\n",
         who_.c_str(), idle.count(), doing_.c_str(), context_.empty() ? "" : "; ", context_.c_str(),
-        kHangExitCode);
+        kExitHung);
     std::fflush(stderr);
     // Not exit(): the other threads are stuck inside the MPI library, whose finalisers would wait for them.
-    std::_Exit(kHangExitCode);
+    std::_Exit(kExitHung);
   }
 }
 

@@ -2,7 +2,7 @@
 // The hang watchdog: ends this process when it makes no progress for a set time. A rank whose peer's host
 // froze, or whose link to it went down, waits in a collective for ever (MPI over TCP sees no error), and so
 // does every rank waiting on it; a job that hangs holds its nodes and never restarts. The watchdog prints
-// what the process was waiting for and exits with kHangExitCode, which makes the MPI launcher end the other
+// what the process was waiting for and exits with kExitHung, which makes the MPI launcher end the other
 // ranks; the last published checkpoint is intact, and the job resumes from it, on the same hosts or fewer.
 
 #include <atomic>
@@ -13,9 +13,9 @@
 #include <string>
 #include <thread>
 
-namespace zaya {
+#include "core/exit_codes.h"
 
-inline constexpr int kHangExitCode = 4;
+namespace zaya {
 
 class HangWatchdog {
  public:

@@ -64,6 +64,15 @@ OpCheckShape op_check_shape(const ModelDims& dims, int64_t batch, int64_t seq) {
   return shape;
 }
 
+std::vector<ProductShape> dominant_products(const ModelDims& dims, int64_t rows) {
+  constexpr int64_t kMostRows = 1024, kMostVocabulary = 8192;
+  const int64_t cut = std::clamp<int64_t>(rows, 1, kMostRows);
+  const int64_t expert_rows = std::clamp<int64_t>(rows / std::max<int64_t>(1, dims.experts), 1, kMostRows);
+  return {{expert_rows, 2 * dims.intermediate, dims.hidden},
+          {cut, dims.q_dim(), dims.hidden},
+          {cut, std::min(dims.vocab, kMostVocabulary), dims.hidden}};
+}
+
 namespace {
 
 ZayaConfig make_preset(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/precision_policy.h"
 #include "io/hf_config.h"
 
 namespace zaya {
@@ -38,6 +39,12 @@ ModelDims model_dims(const ZayaConfig& config);
 // The sizes the backend's ops take in a micro-batch of batch x seq tokens of this model, for check_ops
 // (backend/op_check.h, which cannot see ModelDims: the backend sits below the model).
 OpCheckShape op_check_shape(const ModelDims& dims, int64_t batch, int64_t seq);
+
+// The products that take most of a pass's time over `rows` rows at once (a micro-batch's tokens, or the
+// sequences of a decode step), for precision "auto" to measure: an expert's gate and up projection over its
+// share of the rows, the attention's query projection, and the LM head; each cut to a size a CPU multiplies
+// in milliseconds (at most 1024 rows, 8192 vocabulary rows), which keeps its kernels the same.
+std::vector<ProductShape> dominant_products(const ModelDims& dims, int64_t rows);
 
 // "tiny" (tests), "small" (the CPU demo), "zaya1-base" (the published shape). Throws Error for others.
 ZayaConfig preset_config(const std::string& name);

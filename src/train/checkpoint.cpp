@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "data/model_tokenizer_files.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
@@ -24,17 +25,29 @@ using nlohmann::json;
 namespace {
 
 json state_to_json(const TrainerState& s, int64_t optimizer_steps, int64_t balancing_steps, int ranks) {
-  return {{"step", s.step},
-          {"tokens", s.tokens},
-          {"stage", s.stage},
-          {"stage_tokens", s.stage_tokens},
-          {"bad_steps", s.bad_steps},
-          {"seconds", s.seconds},
-          {"optimizer_steps", optimizer_steps},
-          {"balancing_steps", balancing_steps},
-          {"loader", {{"stage", s.loader.stage}, {"samples", s.loader.samples}, {"drawn", s.loader.drawn}}},
-          {"ranks", ranks},
-          {"zaya_version", ZAYA_VERSION}};
+  json out = {
+      {"step", s.step},
+      {"tokens", s.tokens},
+      {"stage", s.stage},
+      {"stage_tokens", s.stage_tokens},
+      {"bad_steps", s.bad_steps},
+      {"seconds", s.seconds},
+      {"optimizer_steps", optimizer_steps},
+      {"balancing_steps", balancing_steps},
+      {"loader", {{"stage", s.loader.stage}, {"samples", s.loader.samples}, {"drawn", s.loader.drawn}}},
+      {"ranks", ranks},
+      {"zaya_version", ZAYA_VERSION}};
+  if (!s.precision.empty()) out["precision"] = s.precision;
+  return out;
+}
+
+// The precision field of a parsed trainer state: optional, one of the two names.
+std::string precision_of_state(const json& state, const std::string& path) {
+  if (!state.contains("precision")) return "";
+  const json& value = state.at("precision");
+  if (!value.is_string() || !precision_from_name(value.get<std::string>()))
+    throw Error("expected \"fp32\" or \"bf16\"").file(path).field("precision");
+  return value.get<std::string>();
 }
 
 // The model's tensors in table order, cut into at most `ranks` consecutive groups of about equal bytes:
@@ -280,10 +293,16 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
     t.loader.drawn = json_int64_array(s.at("loader").at("drawn"), state_path, "loader.drawn");
     optimizer.set_steps_taken(integer(s.at("optimizer_steps"), "optimizer_steps"));
     balancing.steps() = integer(s.at("balancing_steps"), "balancing_steps");
+    t.precision = precision_of_state(s, state_path);
   } catch (const json::exception& e) {
     throw Error(std::string("malformed: ") + e.what()).file(state_path);
   }
   return out;
+}
+
+std::string recorded_precision(const std::string& checkpoint_dir) {
+  const std::string state_path = (fs::path(checkpoint_dir) / kCheckpointStateFile).string();
+  return precision_of_state(parse_json(read_text_file(state_path), state_path), state_path);
 }
 
 }  // namespace zaya

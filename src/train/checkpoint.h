@@ -42,6 +42,8 @@ struct TrainerState {
   int64_t bad_steps = 0;     // non-finite steps in a row
   double seconds = 0;        // training time so far (for throughput and ETA across restarts)
   LoaderState loader;
+  std::string
+      precision;  // of the run's products, "fp32" or "bf16" ("" in checkpoints from before it was kept)
 };
 
 // One rank's part of the run at one step, copied on the training thread so that it can be written in the
@@ -69,6 +71,10 @@ CheckpointSnapshot take_snapshot(const ZayaConfig& config, const ParameterStore&
 FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const std::string& dir);
 // The two above and publish_checkpoint for a single process: RUN/checkpoints/step_<N>, published.
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep);
+
+// The precision recorded in a checkpoint's trainer state ("" where it predates the record): what "auto"
+// resumes with, so that a run multiplies as it began whatever a measurement would choose now.
+std::string recorded_precision(const std::string& checkpoint_dir);
 
 struct LoadedCheckpoint {
   ZayaConfig config;

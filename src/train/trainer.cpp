@@ -25,6 +25,7 @@
 #include "dist/watched_communicator.h"
 #include "infer/generator.h"
 #include "io/atomic_file.h"
+#include "model/model_dims.h"
 #include "model/model_io.h"
 #include "model/model_stats.h"
 #include "optim/optimizer_shards.h"
@@ -224,6 +225,31 @@ class RunLock {
   int fd_ = -1;
 };
 
+// The run's precision: as configured, and for "auto" decided by rank 0 for every rank: as the run began (its
+// checkpoints record it, so that a resumed run multiplies as before whatever a measurement would choose now),
+// or for a new run measured on the first stage's micro-batch.
+PrecisionChoice run_precision(const TrainConfig& config, const std::string& resume, const Device& device,
+                              const ModelDims& dims, Communicator& comm) {
+  if (config.run.precision != "auto")
+    return resolve_precision(config.run.precision, device, {}, "run.precision");
+  std::string decided;  // "<name>\n<description>"
+  if (comm.rank() == 0) {
+    const std::string recorded = resume.empty() ? "" : recorded_precision(resume);
+    PrecisionChoice choice;
+    if (recorded.empty()) {
+      const int64_t rows = config.batch.micro_batch * config.stages.front().seq_len;
+      choice = resolve_precision("auto", device, dominant_products(dims, rows), "run.precision");
+    } else {
+      choice.precision = precision_setting(recorded, "run.precision");
+      choice.description = describe_precision(choice.precision, cat("auto, as the run began (", resume, ")"));
+    }
+    decided = cat(precision_name(choice.precision), "\n", choice.description);
+  }
+  decided = comm.all_gather_strings(decided)[0];
+  const size_t cut = decided.find('\n');
+  return {precision_setting(decided.substr(0, cut), "run.precision"), decided.substr(cut + 1)};
+}
+
 std::string one_line(std::string text) {
   for (char& c : text) {
     if (c == '\n' || c == '\r' || c == '\t') c = ' ';
@@ -304,7 +330,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   const OptimizerShards dense_shards = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks);
   const OptimizerShards expert_shards =
       plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), expert_holders.size());
-  const Precision precision = resolve_precision(config.run.precision, ops, "run.precision");
+  const PrecisionChoice precision_choice = run_precision(config, resume, device, dims, comm);
+  const Precision precision = precision_choice.precision;
   Optimizer optimizer(params, config.optimizer, ops,
                       {dense_shards.range(rank), expert_shards.range(expert_holders.rank())}, precision);
   BalancingController balancing(config.balancing, params.dims().layers, params.dims().experts);
@@ -320,6 +347,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                     config.model.router_init == "fan_in");
     params.copy_values_from(drawn);
   }
+  state.precision = std::string(precision_name(precision));  // what the checkpoints record
   if (state.stage > int64_t(config.stages.size())) {
     throw Error(
         cat("the checkpoint is in stage ", state.stage + 1, " but the config has ", config.stages.size()))
@@ -374,10 +402,9 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                        : "",
                           ", ", num_threads(), " threads each")
                     : ""));
-  say(cat("device ", device.description, "; ", describe_precision(config.run.precision, precision)));
-  const double gemm_flops = measure_gemm_flops(ops, precision);  // the same measure as zaya bench step
-  say(cat("MFU is against this rank's ", precision == Precision::BF16 ? "bf16 GEMM" : "sgemm",
-          " rate, measured now: ", std::lround(gemm_flops / 1e9), " GFLOP/s"));
+  say(cat("device ", device.description, "; ", precision_choice.description));
+  GemmRate gemm = gemm_rate(ops, precision, num_threads());  // the same measure as zaya bench step
+  say(cat("MFU is against this rank's ", gemm.describe()));
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
   auto save = [&](bool wait) {
@@ -425,7 +452,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
       // Generation decodes on the CPU (its cache lives on the host): from a copy of the weights.
       ParameterStore host(dims);
       params.copy_values_to(host);
-      ZayaModel sampler(host, cpu_ops(), resolve_precision("auto", cpu_ops()));
+      ZayaModel sampler(host, cpu_ops(), cpu_ops().fast_bf16() ? precision : Precision::F32);
       tokens = generate(sampler, prompt, options);
     }
     if (!leader) return;
@@ -442,151 +469,162 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   double smoothed_rate = 0;
   std::unique_ptr<ThreadGovernor> governor;
   if (config.run.adapt_threads) governor = std::make_unique<ThreadGovernor>();
-  std::vector<int32_t> ids, labels;  // [this rank's sequences, seq_len], reused from step to step
-  while (true) {
-    BatchPrefetcher::Batch batch = prefetch.take();
-    const StageConfig& stage = config.stages[size_t(plan.stage)];
-    const int64_t seq = batch.seq_len, step_tokens = batch.sequences * seq;
-    const StepPlan next =
-        plan_step(config, ramp, plan.stage, state.stage_tokens + step_tokens, state.tokens + step_tokens);
-    if (next.stage < stages) prefetch.request(next.stage, next.sequences);
-    if (config.debug.fail_step == state.step + 1 && config.debug.fail_rank == rank)
-      throw Error(cat("injected failure at step ", state.step + 1)).field("debug.fail_step");
+  // From here on an error is a failure of the run in progress, not of its input (zaya train's exit codes).
+  try {
+    std::vector<int32_t> ids, labels;  // [this rank's sequences, seq_len], reused from step to step
+    while (true) {
+      BatchPrefetcher::Batch batch = prefetch.take();
+      const StageConfig& stage = config.stages[size_t(plan.stage)];
+      const int64_t seq = batch.seq_len, step_tokens = batch.sequences * seq;
+      const StepPlan next =
+          plan_step(config, ramp, plan.stage, state.stage_tokens + step_tokens, state.tokens + step_tokens);
+      if (next.stage < stages) prefetch.request(next.stage, next.sequences);
+      if (config.debug.fail_step == state.step + 1 && config.debug.fail_rank == rank)
+        throw Error(cat("injected failure at step ", state.step + 1)).field("debug.fail_step");
 
-    split_windows(batch.windows, batch.mine, seq, ids, labels);
-    std::vector<Batch> micro_batches;
-    const int64_t micro = config.batch.micro_batch;
-    for (int64_t first = 0; first < batch.mine; first += micro)
-      micro_batches.push_back({ids.data() + first * seq, labels.data() + first * seq, nullptr, micro, seq});
-    const double lr_factor = lr_multiplier(config.schedule, state.tokens + step_tokens, total) *
-                             ramp.lr_factor(state.tokens) * stage.lr_multiplier;
+      split_windows(batch.windows, batch.mine, seq, ids, labels);
+      std::vector<Batch> micro_batches;
+      const int64_t micro = config.batch.micro_batch;
+      for (int64_t first = 0; first < batch.mine; first += micro)
+        micro_batches.push_back({ids.data() + first * seq, labels.data() + first * seq, nullptr, micro, seq});
+      const double lr_factor = lr_multiplier(config.schedule, state.tokens + step_tokens, total) *
+                               ramp.lr_factor(state.tokens) * stage.lr_multiplier;
 
-    // Fault injection for testing the guardrail: a NaN weight makes this step's loss non-finite.
-    const bool inject = std::find(config.debug.nan_steps.begin(), config.debug.nan_steps.end(),
-                                  state.step + 1) != config.debug.nan_steps.end();
-    float* poisoned = params.value(params.table().params().front());
-    float saved_weight = 0;
-    const float nan = NAN;
-    if (inject) {
-      params.memory().copy_to_host(&saved_weight, poisoned, sizeof saved_weight);
-      params.memory().copy_from_host(poisoned, &nan, sizeof nan);
-      model.weights_changed();
-    }
-    const auto start = Clock::now();
-    const StepReport report = train_step.run(micro_batches, lr_factor);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (inject) {
-      params.memory().copy_from_host(poisoned, &saved_weight, sizeof saved_weight);
-      model.weights_changed();
-    }
-
-    if (governor) governor->after_step();
-    if (watchdog) {
-      watchdog->progress(cat("computing step ", state.step + 2));
-      watchdog->set_context(cat("step ", state.step + 1, " done; the last checkpoint is ",
-                                last_checkpoint.empty() ? std::string("none yet") : last_checkpoint));
-    }
-    ++state.step;
-    state.tokens += step_tokens;
-    state.stage_tokens += step_tokens;
-    state.seconds += seconds;
-    state.loader = batch.after;
-    state.bad_steps = report.skipped ? state.bad_steps + 1 : 0;
-    const double rate = double(step_tokens) / seconds;
-    smoothed_rate = smoothed_rate == 0 ? rate : 0.8 * smoothed_rate + 0.2 * rate;
-
-    StepMetrics m;
-    m.step = state.step;
-    m.tokens = state.tokens;
-    m.total_tokens = total;
-    m.stage = plan.stage;
-    m.stages = stages;
-    m.stage_name = stage.name;
-    m.loss = report.loss;
-    m.aux_loss = report.aux_loss;
-    m.lr = config.optimizer.lr * lr_factor;
-    m.grad_norm = report.optimizer.grad_norm;
-    m.clip = report.optimizer.clip_factor;
-    m.tokens_per_second = rate;
-    m.mfu = flops_per_token * rate / (gemm_flops * ranks);
-    m.eta_seconds = double(total - state.tokens) / smoothed_rate;
-    m.step_seconds = seconds;
-    m.communication_seconds = report.communication_seconds;
-    m.gradient_seconds = report.gradient_seconds;
-    m.communication_bytes = report.communication_bytes;
-    m.sequences = batch.sequences;
-    m.seq_len = seq;
-    m.ranks = ranks;
-    m.skipped = report.skipped;
-    m.routing = report.routing;
-    if (leader) console.step(m);
-    if (log && (state.step % config.log.every_steps == 0 || report.skipped)) log->step(m);
-    if (report.skipped) {
-      if (log) log->event("skipped_step", state.step, cat("{\"bad_steps_in_a_row\": ", state.bad_steps, "}"));
-      say(cat("step ", state.step, ": non-finite loss or gradient; the update was skipped (", state.bad_steps,
-              " in a row)"));
-      if (state.bad_steps >= config.log.max_bad_steps) {
-        checkpoints.finish();
-        say(cat("stopping: ", state.bad_steps, " non-finite steps in a row; the last good checkpoint is ",
-                last_checkpoint.empty() ? std::string("(none yet)") : last_checkpoint));
-        if (log) log->flush();
-        return {TrainOutcome::Diverged, state.step,       state.tokens,
-                last_checkpoint,        result.eval_loss, result.eval_bits_per_byte};
+      // Fault injection for testing the guardrail: a NaN weight makes this step's loss non-finite.
+      const bool inject = std::find(config.debug.nan_steps.begin(), config.debug.nan_steps.end(),
+                                    state.step + 1) != config.debug.nan_steps.end();
+      float* poisoned = params.value(params.table().params().front());
+      float saved_weight = 0;
+      const float nan = NAN;
+      if (inject) {
+        params.memory().copy_to_host(&saved_weight, poisoned, sizeof saved_weight);
+        params.memory().copy_from_host(poisoned, &nan, sizeof nan);
+        model.weights_changed();
       }
-    }
+      const int threads_before = num_threads();
+      const auto start = Clock::now();
+      const StepReport report = train_step.run(micro_batches, lr_factor);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (inject) {
+        params.memory().copy_from_host(poisoned, &saved_weight, sizeof saved_weight);
+        model.weights_changed();
+      }
 
-    if (next.stage != plan.stage) {
-      state.stage = next.stage;
-      state.stage_tokens = 0;
-      if (log)
-        log->event("stage", state.step,
-                   nlohmann::json({{"from", stage.name}, {"tokens", state.tokens}}).dump());
-      say(cat("stage ", stage.name, " done at ", state.tokens, " tokens",
-              next.stage < stages ? "; now " + config.stages[size_t(next.stage)].name : std::string()));
-      if (next.stage < stages) enter_stage(next.stage);
-    }
-    plan = next;
-    const bool done = plan.stage >= stages;
-    if (done) break;
-    if (config.eval.every_steps && state.step % config.eval.every_steps == 0) evaluate();
-    if (config.sample.every_steps && state.step % config.sample.every_steps == 0) sample();
-    checkpoints.poll();
-    // Clocks and signals differ between ranks: a checkpoint by time or a stop happens when any rank asks.
-    int64_t requests[2] = {config.checkpoint.every_minutes > 0 &&
-                               std::chrono::duration<double>(Clock::now() - last_save).count() >=
-                                   60 * config.checkpoint.every_minutes,
-                           stop.load()};
-    comm.all_reduce_max(requests, 2);
-    const bool by_steps = config.checkpoint.every_steps && state.step % config.checkpoint.every_steps == 0;
-    if (by_steps || requests[0]) {
-      save(false);
-      last_save = Clock::now();
-    }
-    if (requests[1]) {
-      save(true);
-      say(cat("stopped at step ", state.step, "; checkpoint ", last_checkpoint));
+      // A thread given back: the machine is quieter, and the GEMM rate may now measure higher.
+      if (governor && governor->after_step() > threads_before && gemm.remeasure())
+        say(cat("MFU is now against ", gemm.describe()));
+      if (watchdog) {
+        watchdog->progress(cat("computing step ", state.step + 2));
+        watchdog->set_context(cat("step ", state.step + 1, " done; the last checkpoint is ",
+                                  last_checkpoint.empty() ? std::string("none yet") : last_checkpoint));
+      }
+      ++state.step;
+      state.tokens += step_tokens;
+      state.stage_tokens += step_tokens;
+      state.seconds += seconds;
+      state.loader = batch.after;
+      state.bad_steps = report.skipped ? state.bad_steps + 1 : 0;
+      const double rate = double(step_tokens) / seconds;
+      smoothed_rate = smoothed_rate == 0 ? rate : 0.8 * smoothed_rate + 0.2 * rate;
+
+      StepMetrics m;
+      m.step = state.step;
+      m.tokens = state.tokens;
+      m.total_tokens = total;
+      m.stage = plan.stage;
+      m.stages = stages;
+      m.stage_name = stage.name;
+      m.loss = report.loss;
+      m.aux_loss = report.aux_loss;
+      m.lr = config.optimizer.lr * lr_factor;
+      m.grad_norm = report.optimizer.grad_norm;
+      m.clip = report.optimizer.clip_factor;
+      m.tokens_per_second = rate;
+      bool rate_raised = false;
+      m.mfu = gemm.mfu(flops_per_token * rate / ranks, &rate_raised);
+      if (rate_raised) say(cat("MFU is now against ", gemm.describe(), " (a step ran faster than it)"));
+      m.eta_seconds = double(total - state.tokens) / smoothed_rate;
+      m.step_seconds = seconds;
+      m.communication_seconds = report.communication_seconds;
+      m.gradient_seconds = report.gradient_seconds;
+      m.communication_bytes = report.communication_bytes;
+      m.sequences = batch.sequences;
+      m.seq_len = seq;
+      m.ranks = ranks;
+      m.skipped = report.skipped;
+      m.routing = report.routing;
+      if (leader) console.step(m);
+      if (log && (state.step % config.log.every_steps == 0 || report.skipped)) log->step(m);
+      if (report.skipped) {
+        if (log)
+          log->event("skipped_step", state.step, cat("{\"bad_steps_in_a_row\": ", state.bad_steps, "}"));
+        say(cat("step ", state.step, ": non-finite loss or gradient; the update was skipped (",
+                state.bad_steps, " in a row)"));
+        if (state.bad_steps >= config.log.max_bad_steps) {
+          checkpoints.finish();
+          say(cat("stopping: ", state.bad_steps, " non-finite steps in a row; the last good checkpoint is ",
+                  last_checkpoint.empty() ? std::string("(none yet)") : last_checkpoint));
+          if (log) log->flush();
+          return {TrainOutcome::Diverged, state.step,       state.tokens,
+                  last_checkpoint,        result.eval_loss, result.eval_bits_per_byte};
+        }
+      }
+
+      if (next.stage != plan.stage) {
+        state.stage = next.stage;
+        state.stage_tokens = 0;
+        if (log)
+          log->event("stage", state.step,
+                     nlohmann::json({{"from", stage.name}, {"tokens", state.tokens}}).dump());
+        say(cat("stage ", stage.name, " done at ", state.tokens, " tokens",
+                next.stage < stages ? "; now " + config.stages[size_t(next.stage)].name : std::string()));
+        if (next.stage < stages) enter_stage(next.stage);
+      }
+      plan = next;
+      const bool done = plan.stage >= stages;
+      if (done) break;
+      if (config.eval.every_steps && state.step % config.eval.every_steps == 0) evaluate();
+      if (config.sample.every_steps && state.step % config.sample.every_steps == 0) sample();
+      checkpoints.poll();
+      // Clocks and signals differ between ranks: a checkpoint by time or a stop happens when any rank asks.
+      int64_t requests[2] = {config.checkpoint.every_minutes > 0 &&
+                                 std::chrono::duration<double>(Clock::now() - last_save).count() >=
+                                     60 * config.checkpoint.every_minutes,
+                             stop.load()};
+      comm.all_reduce_max(requests, 2);
+      const bool by_steps = config.checkpoint.every_steps && state.step % config.checkpoint.every_steps == 0;
+      if (by_steps || requests[0]) {
+        save(false);
+        last_save = Clock::now();
+      }
+      if (requests[1]) {
+        save(true);
+        say(cat("stopped at step ", state.step, "; checkpoint ", last_checkpoint));
+        if (log) log->flush();
+        return {TrainOutcome::Interrupted, state.step,       state.tokens,
+                last_checkpoint,           result.eval_loss, result.eval_bits_per_byte};
+      }
       if (log) log->flush();
-      return {TrainOutcome::Interrupted, state.step,       state.tokens,
-              last_checkpoint,           result.eval_loss, result.eval_bits_per_byte};
     }
-    if (log) log->flush();
-  }
 
-  evaluate();
-  sample();
-  save(true);
-  if (log) {
-    log->event("finished", state.step,
-               cat("{\"tokens\": ", state.tokens, ", \"seconds\": ", state.seconds, "}"));
-    log->flush();
+    evaluate();
+    sample();
+    save(true);
+    if (log) {
+      log->event("finished", state.step,
+                 cat("{\"tokens\": ", state.tokens, ", \"seconds\": ", state.seconds, "}"));
+      log->flush();
+    }
+    say(cat("finished at step ", state.step, ", ", state.tokens, " tokens in ",
+            format_duration(state.seconds), "; checkpoint ", last_checkpoint));
+    result.outcome = TrainOutcome::Finished;
+    result.step = state.step;
+    result.tokens = state.tokens;
+    result.checkpoint = last_checkpoint;
+    return result;
+  } catch (const Error& e) {
+    throw RunFailure(e.what());
   }
-  say(cat("finished at step ", state.step, ", ", state.tokens, " tokens in ", format_duration(state.seconds),
-          "; checkpoint ", last_checkpoint));
-  result.outcome = TrainOutcome::Finished;
-  result.step = state.step;
-  result.tokens = state.tokens;
-  result.checkpoint = last_checkpoint;
-  return result;
 }
 
 }  // namespace zaya

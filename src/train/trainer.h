@@ -7,6 +7,7 @@
 // alone prints, writes metrics and holds the run-directory lock.
 
 #include <atomic>
+#include <stdexcept>
 #include <string>
 
 #include "train/train_config.h"
@@ -16,6 +17,14 @@ namespace zaya {
 class Communicator;
 
 enum class TrainOutcome { Finished, AlreadyFinished, Interrupted, Diverged };
+
+// An error once the run has begun training (a write that failed, an injected fault): the last published
+// checkpoint is intact and the same command resumes from it. run_training throws it in place of an Error
+// from its training loop; an Error from it is one of the run's inputs, found before training began.
+class RunFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct TrainResult {
   TrainOutcome outcome = TrainOutcome::Finished;

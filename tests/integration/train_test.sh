@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `zaya train` end to end on the tiny config, as a user runs it: a tokenizer and datasets made from a slice
 # of the Python documentation, training that learns (loss well below the unigram entropy), kill -9 and
-# resume to byte-identical weights, kills during checkpoint writes, SIGTERM, NaN steps, config errors,
-# export (never over a model or its checkpoint; past a damaged `latest`) and generation.
+# resume to byte-identical weights beside a busy process, kills during checkpoint writes, SIGTERM, NaN steps,
+# config errors (each with its exit code), export (never over a model or its checkpoint; past a damaged
+# `latest`) and generation.
 # Usage: train_test.sh ZAYA_BINARY CONFIGS_DIR
 set -u
 zaya=$1 configs=$2
@@ -65,8 +66,8 @@ prepare_into "$tmp/corpus" "$tmp/kill/run/docs" > /dev/null 2>&1 && cmp -s "$tmp
 
 set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=\"$tmp/docs_val\""
           --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}" --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}")
-# A fixed thread count: runs here are compared bit for bit, and under ctest -j other tests take cores.
-train=("$zaya" --threads 2 train "$configs/tiny.toml" "${set_data[@]}" --set run.adapt_threads=false)
+# Default settings (the thread governor on): runs here are compared bit for bit, whatever else ctest -j runs.
+train=("$zaya" train "$configs/tiny.toml" "${set_data[@]}")
 train() { "${train[@]}" "$@"; }  # in the background use "${train[@]}" itself, so that $! is zaya's pid
 
 # 1. A whole run: it learns.
@@ -82,7 +83,10 @@ grep -q "finished at step" "$tmp/a.log" && ok "finish line" || fail "finish line
 train --run-dir "$tmp/a" > "$tmp/again.log" 2>&1 && grep -q "nothing to do" "$tmp/again.log" \
   && ok "a finished run reports itself" || fail "a finished run reports itself"
 
-# 2. kill -9 at a random moment after the first checkpoint, resume: the same weights to the byte.
+# 2. kill -9 at a random moment after the first checkpoint, resume: the same weights to the byte. Beside a
+# process that keeps a core busy, so that the governor moves the run between thread counts.
+timeout 120 bash -c 'while :; do :; done' &
+neighbour=$!
 "${train[@]}" --run-dir "$tmp/b" > "$tmp/b.log" 2>&1 &
 pid=$!
 while [ ! -f "$tmp/b/checkpoints/latest" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
@@ -91,6 +95,7 @@ kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
 train --run-dir "$tmp/b" > "$tmp/b2.log" 2>&1 && grep -q "resuming" "$tmp/b2.log" && ok "resume after kill -9" \
   || fail "resume after kill -9"
+kill $neighbour
 if cmp -s "$tmp/a/checkpoints/$(cat "$tmp/a/checkpoints/latest")/model.safetensors" \
           "$tmp/b/checkpoints/$(cat "$tmp/b/checkpoints/latest")/model.safetensors"; then
   ok "weights after kill -9 and resume are byte-identical to the uninterrupted run"
@@ -111,14 +116,18 @@ for attempt in 1 2 3 4; do
   fi
 done
 
-# 4. SIGTERM: the step finishes, a checkpoint is written, exit 0.
+# 4. SIGTERM: the step finishes, a checkpoint is written, exit 75 (stopped: the same command resumes).
 short=(--set stages.0.tokens=12000 --set stages.1.tokens=4000)
 "${train[@]}" --run-dir "$tmp/d" --set checkpoint.every_steps=5 > "$tmp/d.log" 2>&1 &
 pid=$!
 while [ ! -f "$tmp/d/checkpoints/latest" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -TERM $pid
-wait $pid && grep -q "stopped at step" "$tmp/d.log" && ok "SIGTERM stops with a checkpoint and exit 0" \
-  || fail "SIGTERM"
+wait $pid
+code=$?
+[ $code -eq 75 ] && grep -q "stopped at step" "$tmp/d.log" && ok "SIGTERM stops with a checkpoint and exit 75" \
+  || fail "SIGTERM: exit $code"
+train --run-dir "$tmp/d" --set checkpoint.every_steps=5 > "$tmp/d2.log" 2>&1 && grep -q "resuming" "$tmp/d2.log" \
+  && ok "the stopped run resumes and finishes (exit 0)" || fail "the stopped run: $(tail -1 "$tmp/d2.log")"
 
 # 5. Non-finite steps: one is skipped and logged; too many in a row stop the run naming the checkpoint.
 train --run-dir "$tmp/e" "${short[@]}" --set "debug.nan_steps=[3]" > "$tmp/e.log" 2>&1 \
@@ -129,20 +138,20 @@ code=$?
 [ $code -eq 3 ] && grep -q "last good checkpoint is .*step_20" "$tmp/f.log" && ok "too many NaN steps stop the run (exit 3)" \
   || { fail "too many NaN steps: exit $code"; tail -3 "$tmp/f.log"; }
 
-# 6. Configuration errors name the file, line and key.
+# 6. Configuration errors name the file, line and key, and exit 2 (bad input: nothing was trained).
 printf '[optimizer]\nlearning_rate = 1\n' > "$tmp/bad.toml"
 out=$("$zaya" train "$tmp/bad.toml" --run-dir "$tmp/g" 2>&1)
-[ $? -eq 1 ] && grep -q "bad.toml" <<<"$out" && ok "a config error is one line naming the file" \
+[ $? -eq 2 ] && grep -q "bad.toml" <<<"$out" && ok "a config error is one line naming the file" \
   || fail "config error: $out"
 out=$(train --run-dir "$tmp/g" --set optimizer.lr=-1 2>&1)
-[ $? -eq 1 ] && grep -q "field 'optimizer.lr'" <<<"$out" && ok "a bad --set value names the key" || fail "bad --set: $out"
+[ $? -eq 2 ] && grep -q "field 'optimizer.lr'" <<<"$out" && ok "a bad --set value names the key" || fail "bad --set: $out"
 out=$(train --run-dir "$tmp/g" --set run.device=tpu 2>&1)
-[ $? -eq 1 ] && grep -q "field 'run.device'" <<<"$out" && ok "an unknown run.device names the key" \
+[ $? -eq 2 ] && grep -q "field 'run.device'" <<<"$out" && ok "an unknown run.device names the key" \
   || fail "run.device=tpu: $out"
 # No build links the HIP backend yet, and no CI machine has a GPU: asking for one is a one-line error that
 # names the file and the key, before anything is written.
 out=$(train --run-dir "$tmp/h" --set run.device=hip 2>&1)
-[ $? -eq 1 ] && grep -q "field 'run.device'" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] && [ ! -e "$tmp/h/checkpoints" ] \
+[ $? -eq 2 ] && grep -q "field 'run.device'" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] && [ ! -e "$tmp/h/checkpoints" ] \
   && ok "a GPU that is not here: one line naming run.device" || fail "run.device=hip: $out"
 
 # 7. Export and generation.
@@ -182,7 +191,7 @@ if mount -t tmpfs -o size=4m tmpfs "$tmp/disk" 2>/dev/null; then
   umount "$tmp/disk"
   mount -t tmpfs -o size=4m,ro tmpfs "$tmp/disk"
   out=$(train --run-dir "$tmp/disk/run" 2>&1)
-  [ $? -eq 1 ] && grep -q "disk/run: cannot create the run directory: Read-only file system" <<<"$out" \
+  [ $? -eq 2 ] && grep -q "disk/run: cannot create the run directory: Read-only file system" <<<"$out" \
     && ok "a read-only run directory: a one-line error" || fail "a read-only run directory: $out"
   umount "$tmp/disk"
 else

@@ -56,6 +56,7 @@ struct RunState {
     s.bad_steps = 2;
     s.seconds = 4.5;
     s.loader = {1, 77, {40, 37}};
+    s.precision = "bf16";
     return s;
   }
 };
@@ -94,9 +95,35 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   EXPECT_EQ(back.state.step, 20);
   EXPECT_EQ(back.state.loader, saved.state(20).loader);
   EXPECT_EQ(back.state.bad_steps, 2);
+  // The run's precision, which precision "auto" resumes with, read alone too.
+  EXPECT_EQ(back.state.precision, "bf16");
+  EXPECT_EQ(recorded_precision(found), "bf16");
   EXPECT_EQ(back.config.hidden_size, saved.config.hidden_size);
   // The checkpoint is a model directory transformers' layout: load_model reads it as one.
   EXPECT_EQ(load_model(found).params->table().total_floats(), saved.params.table().total_floats());
+}
+
+// A checkpoint from before the precision was recorded has none (auto then measures again); a recorded one
+// that is not a precision is damage named by its field.
+TEST(Checkpoint, RecordsThePrecisionOfTheRun) {
+  test::TempDir dir;
+  RunState saved(1);
+  TrainerState state = saved.state(20);
+  state.precision.clear();
+  write_checkpoint(take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing, state, ""),
+                   dir.path(), 3);
+  const std::string found = find_checkpoint(dir.path());
+  EXPECT_EQ(recorded_precision(found), "");
+  const std::string path = found + "/trainer_state.json";
+  std::string text = test::read_bytes(path);
+  text.insert(text.find('{') + 1, "\"precision\": \"fp16\",");
+  test::write_bytes(path, text);
+  try {
+    recorded_precision(found);
+    ADD_FAILURE() << "fp16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'precision'"), std::string::npos) << e.what();
+  }
 }
 
 // Expert parallelism: a rank holding some experts loads their rows of the model and their optimizer state,

@@ -145,7 +145,7 @@ void wait_for_a_frozen_peer() {
 // match nothing.
 TEST(HangWatchdog, EndsAProcessStuckInACollectiveSayingWhere) {
   EXPECT_EXIT(
-      wait_for_a_frozen_peer(), testing::ExitedWithCode(kHangExitCode),
+      wait_for_a_frozen_peer(), testing::ExitedWithCode(kExitHung),
       testing::AllOf(testing::HasSubstr("rank 1 of 2 on host b: no progress for "),
                      testing::HasSubstr("waiting in all-reduce (max) of 2 values with ranks 0-1; step 12 "
                                         "done; the last checkpoint is run/checkpoints/step_10")));
