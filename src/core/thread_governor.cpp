@@ -104,6 +104,7 @@ int ThreadGovernor::probe(int threads, int max_threads, int decided, Probe& stat
 }
 
 int ThreadGovernor::after_step() {
+  gave_back_ = false;
   // A decode step takes milliseconds: /proc/stat is read only once a window has passed.
   if (banked_.wall + wall_now() - since_.wall < kWindowSeconds) return threads_;
   const Clocks now = read_clocks();
@@ -119,8 +120,10 @@ int ThreadGovernor::after_step() {
   // A try and a failed try's return are not news; a try that held is a thread given back.
   if (was_trying && next == threads_) {
     announce(threads_, threads_ - 1);
+    gave_back_ = true;
   } else if (!was_trying && !probe_.trying && next != threads_) {
     announce(next, threads_);
+    gave_back_ = next > threads_;
   }
   if (next != threads_) {
     threads_ = next;

@@ -20,6 +20,9 @@ class ThreadGovernor {
   // After a step: adjusts the thread count for the next one (decisions need about a second of steps, so
   // short steps are pooled; between decisions this reads only the clock). Returns the count now in force.
   int after_step();
+  // Whether the last after_step gave a thread back for good (a core is free again; not a try for one): the
+  // machine is quieter, a moment to measure it (the MFU denominator).
+  bool gave_back() const { return gave_back_; }
 
   // The process waits for work (a server between requests) from pause() to resume(): that time is left
   // out of the decisions, which it would dilute; the busy time on either side counts towards one window.
@@ -54,6 +57,7 @@ class ThreadGovernor {
   static double wall_now();
 
   int max_threads_, threads_;
+  bool gave_back_ = false;
   Probe probe_;
   Clocks since_;   // the clocks when the current busy stretch began
   Clocks banked_;  // the window's earlier busy stretches (before a pause), as differences

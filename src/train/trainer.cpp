@@ -501,7 +501,6 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
         params.memory().copy_from_host(poisoned, &nan, sizeof nan);
         model.weights_changed();
       }
-      const int threads_before = num_threads();
       const auto start = Clock::now();
       const StepReport report = train_step.run(micro_batches, lr_factor);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -511,7 +510,8 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
       }
 
       // A thread given back: the machine is quieter, and the GEMM rate may now measure higher.
-      if (governor && governor->after_step() > threads_before && gemm.remeasure())
+      if (governor) governor->after_step();
+      if (governor && governor->gave_back() && gemm.remeasure())
         say(cat("MFU is now against ", gemm.describe()));
       if (watchdog) {
         watchdog->progress(cat("computing step ", state.step + 2));
