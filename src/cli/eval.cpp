@@ -142,7 +142,7 @@ void run_eval(const EvalArgs& args) {
     inputs.insert(inputs.end(), args.texts.begin(), args.texts.end());
     for (const std::string& prefix : args.datasets)
       inputs.insert(inputs.end(), {prefix + ".bin", prefix + ".idx"});
-    guard_output(args.json_out, "--json", inputs, args.force);
+    check_output_file(args.json_out, "--json", inputs, args.force);
   }
   // Read every input before the model runs: a bad line in the last file fails at once.
   std::vector<TaskFile> tasks;
@@ -150,8 +150,13 @@ void run_eval(const EvalArgs& args) {
   ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision, 4096);
   if (args.precision == "auto") std::fprintf(stderr, "zaya eval: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
-  const int64_t max_length =
-      args.max_length > 0 ? args.max_length : loaded.model.config.max_position_embeddings;
+  const int64_t context = loaded.model.config.max_position_embeddings;
+  if (args.max_length > context) {
+    throw Error(cat("must be at most the model's context of ", context, " (max_position_embeddings), got ",
+                    args.max_length))
+        .field("--max-length");
+  }
+  const int64_t max_length = args.max_length > 0 ? args.max_length : context;
   // A text or context that is empty is read after the beginning-of-text token (or else end-of-text), as
   // lm-evaluation-harness does.
   const std::optional<int32_t> boundary = tokenizer.bos_id() ? tokenizer.bos_id() : tokenizer.eos_id();
@@ -207,7 +212,7 @@ void add_eval_command(CLI::App& app) {
       ->add_option("--max-length", args->max_length,
                    "tokens the model reads at once (default: max_position_embeddings)")
       ->check(positive());
-  command->add_flag("--force", args->force, "write --json even over an input, model or checkpoint");
+  command->add_flag("--force", args->force, "replace the file at --json, or write it over an input");
   add_precision_option(*command, args->precision);
   command->callback([args] { run_eval(*args); });
 }

@@ -10,6 +10,7 @@
 #include "cli/output_guard.h"
 #include "core/error.h"
 #include "data/model_tokenizer_files.h"
+#include "io/output_directory.h"
 #include "model/model_io.h"
 #include "train/checkpoint.h"
 
@@ -30,13 +31,21 @@ void run_export(const ExportArgs& args) {
     std::printf("exporting %s: %s\n", choice.path.c_str(), choice.reason.c_str());
     source = choice.path;
   }
-  guard_output(args.out, "--out", {args.checkpoint, source}, args.force);
+  refuse_input_as_output(args.out, "--out", {args.checkpoint, source}, args.force);
   verify_checkpoint(source);
-  const LoadedModel model = load_model(source);
-  save_model(model.config, *model.params, args.out, {args.dtype});
+  // --out is checked before the model is read: the files it will hold follow from the configuration.
+  const SaveOptions save{args.dtype};
   const fs::path tokenizer = fs::path(source) / "tokenizer.json";
+  std::vector<std::string> files = model_file_names(
+      ParameterTable(model_dims(load_config((fs::path(source) / "config.json").string()))), save);
   if (fs::exists(tokenizer))
-    write_model_tokenizer(args.out, tokenizer.string(), model.config.max_position_embeddings);
+    files.insert(files.end(), kModelTokenizerFiles.begin(), kModelTokenizerFiles.end());
+  OutputDirectory out(args.out, "--out", args.force, files);
+  const LoadedModel model = load_model(source);
+  save_model(model.config, *model.params, out.staging(), save);
+  if (fs::exists(tokenizer))
+    write_model_tokenizer(out.staging(), tokenizer.string(), model.config.max_position_embeddings);
+  out.publish();
   std::printf("exported %s to %s (%s)\n", source.c_str(), args.out.c_str(), args.dtype.c_str());
 }
 
@@ -50,7 +59,8 @@ void add_export_command(CLI::App& app) {
                    "a checkpoint directory, or a run directory (its newest)")
       ->required();
   command->add_option("--out", args->out, "the model directory to write")->required();
-  command->add_flag("--force", args->force, "write --out even over a model or checkpoint");
+  command->add_flag("--force", args->force,
+                    "write into --out though it holds files zaya did not write (replacing only zaya's)");
   command->add_option("--dtype", args->dtype, "weight dtype")->check(CLI::IsMember({"float32", "bfloat16"}));
   command->callback([args] { run_export(*args); });
 }

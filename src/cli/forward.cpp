@@ -56,7 +56,7 @@ std::vector<int32_t> read_ids(const SafetensorsFile& file, const SafetensorsEntr
 }
 
 void run_forward(const ForwardArgs& args) {
-  guard_output(args.output, "--output", {args.model, args.input}, args.force);
+  check_output_file(args.output, "--output", {args.model, args.input}, args.force);
   const Device device = select_device(args.device, "--device");  // before reading a large model
   LoadedModel loaded = load_model(args.model);
   const SafetensorsFile input(args.input);
@@ -64,6 +64,22 @@ void run_forward(const ForwardArgs& args) {
   if (!ids_entry) throw Error("no input_ids tensor").file(args.input).tensor("input_ids");
   const std::vector<int32_t> ids = read_ids(input, *ids_entry, {});
   const int64_t batch = ids_entry->shape[0], seq = ids_entry->shape[1];
+  const ModelDims& model_dims = loaded.params->dims();
+  const int64_t context = loaded.config.max_position_embeddings;
+  if (seq > context) {
+    throw Error(cat("rows of ", seq, " tokens are longer than the model's context of ", context,
+                    " (max_position_embeddings)"))
+        .file(args.input)
+        .tensor("input_ids");
+  }
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    if (ids[size_t(i)] < 0 || ids[size_t(i)] >= model_dims.vocab) {
+      throw Error(cat("token id ", ids[size_t(i)], " at [", i / seq, ", ", i % seq,
+                      "] is outside the vocabulary of ", model_dims.vocab))
+          .file(args.input)
+          .tensor("input_ids");
+    }
+  }
   std::vector<float> mask;
   if (const SafetensorsEntry* mask_entry = input.find("attention_mask")) {
     for (int32_t value : read_ids(input, *mask_entry, ids_entry->shape)) {
@@ -129,7 +145,7 @@ void add_forward_command(CLI::App& app) {
       ->add_option("--input", args->input, "safetensors with input_ids [B,S] and optionally attention_mask")
       ->required();
   command->add_option("--output", args->output, "safetensors to write")->required();
-  command->add_flag("--force", args->force, "write --output even over an input, a model or a checkpoint");
+  command->add_flag("--force", args->force, "replace the file at --output, or write it over an input");
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");
   command->add_option("--precision", args->precision, "of the products: fp32 (default), bf16, or auto")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));

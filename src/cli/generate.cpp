@@ -35,6 +35,12 @@ void run_generate(const GenerateArgs& args) {
   size_t printed = 0;
   const std::vector<int32_t> prompt = tokenizer.encode(args.prompt);
   const int64_t context = loaded.model.config.max_position_embeddings;
+  // A prompt that leaves no room is the prompt's fault, whatever --max-new-tokens says.
+  if (int64_t(prompt.size()) >= context) {
+    throw Error(cat("the prompt is ", prompt.size(), " tokens; the model's context of ", context,
+                    " (max_position_embeddings) leaves no room for a new one"))
+        .field("--prompt");
+  }
   if (options.max_new_tokens > context - int64_t(prompt.size())) {
     throw Error(cat("the prompt's ", prompt.size(), " tokens and ", options.max_new_tokens,
                     " new ones are more than the model's context of ", context, " (max_position_embeddings)"))

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/model_tokenizer_files.h"
 #include "data/tokenizer.h"
+#include "io/output_directory.h"
 #include "model/model_io.h"
 
 namespace zaya::cli {
@@ -25,8 +26,8 @@ struct InitArgs {
 };
 
 void run_init(const InitArgs& args) {
-  guard_output(args.out, "--out", {args.source.config_file, args.source.model_dir, args.tokenizer},
-               args.force);
+  refuse_input_as_output(args.out, "--out", {args.source.config_file, args.source.model_dir, args.tokenizer},
+                         args.force);
   ZayaConfig config = args.source.config();
   if (!args.tokenizer.empty()) {
     const Tokenizer tokenizer = Tokenizer::load(args.tokenizer);
@@ -40,11 +41,17 @@ void run_init(const InitArgs& args) {
     config.eos_token_id.clear();
     if (tokenizer.eos_id()) config.eos_token_id.push_back(*tokenizer.eos_id());
   }
+  const SaveOptions save{args.dtype};
+  std::vector<std::string> files = model_file_names(ParameterTable(model_dims(config)), save);
+  if (!args.tokenizer.empty())
+    files.insert(files.end(), kModelTokenizerFiles.begin(), kModelTokenizerFiles.end());
+  OutputDirectory out(args.out, "--out", args.force, files);
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, args.seed);
-  save_model(config, params, args.out, {args.dtype});
+  save_model(config, params, out.staging(), save);
   if (!args.tokenizer.empty())
-    write_model_tokenizer(args.out, args.tokenizer, config.max_position_embeddings);
+    write_model_tokenizer(out.staging(), args.tokenizer, config.max_position_embeddings);
+  out.publish();
   std::printf("initialised %s (seed %llu) into %s\n", args.source.describe().c_str(),
               (unsigned long long)args.seed, args.out.c_str());
 }
@@ -62,7 +69,8 @@ void add_init_command(CLI::App& app) {
   command->add_option("--seed", args->seed, "random seed");
   command->add_option("--dtype", args->dtype, "weight dtype on disk")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
-  command->add_flag("--force", args->force, "overwrite a model already in --out");
+  command->add_flag("--force", args->force,
+                    "write into --out though it holds files zaya did not write (replacing only zaya's)");
   command->callback([args] { run_init(*args); });
 }
 

@@ -1,5 +1,9 @@
 #include "cli/output_guard.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -14,17 +18,10 @@ fs::path resolved(const std::string& path) {
   return out.empty() ? fs::absolute(path).lexically_normal() : out;
 }
 
-// A model directory (config.json, with or without its weights yet) or a checkpoint (checksums.json).
-bool holds_model(const fs::path& dir) {
-  std::error_code ignored;
-  return fs::is_directory(dir, ignored) &&
-         (fs::exists(dir / "config.json", ignored) || fs::exists(dir / "checksums.json", ignored));
-}
-
 }  // namespace
 
-void guard_output(const std::string& output, const std::string& option,
-                  const std::vector<std::string>& inputs, bool force) {
+void refuse_input_as_output(const std::string& output, const std::string& option,
+                            const std::vector<std::string>& inputs, bool force) {
   if (force) return;
   const fs::path out = resolved(output);
   for (const std::string& input : inputs) {
@@ -36,13 +33,32 @@ void guard_output(const std::string& output, const std::string& option,
           .field(option);
     }
   }
-  std::error_code ignored;
-  const bool model = holds_model(out) || (fs::exists(out, ignored) && holds_model(out.parent_path()));
-  if (model) {
-    throw Error("would overwrite a model or checkpoint; choose another path or pass --force")
+}
+
+void check_output_file(const std::string& output, const std::string& option,
+                       const std::vector<std::string>& inputs, bool force, bool ours) {
+  refuse_input_as_output(output, option, inputs, force);
+  const fs::path path(output);
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (fs::is_directory(status)) throw Error("is a directory, not a file").file(output).field(option);
+  if (fs::exists(status) && !force && !ours)
+    throw Error("exists; choose another path or pass --force to replace it").file(output).field(option);
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  if (!fs::is_directory(dir, error))
+    throw Error(cat("cannot be written: the directory ", dir.string(), " does not exist"))
+        .file(output)
+        .field(option);
+  // The directory takes a new file: tried, as the write at the end will.
+  const fs::path probe = dir / cat(".zaya-probe-", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw Error(cat("cannot be written: ", std::strerror(errno), " (its directory ", dir.string(), ")"))
         .file(output)
         .field(option);
   }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace zaya::cli

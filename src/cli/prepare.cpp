@@ -8,6 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/output_guard.h"
+#include "core/error.h"
+#include "data/dataset_provenance.h"
 #include "data/prepare.h"
 #include "train/metrics.h"
 
@@ -31,11 +33,19 @@ void show_progress(const PrepareProgress& p, bool terminal, double& last_line) {
   }
 }
 
+// The files of the dataset at `prefix`, which prepare writes: replaced without --force only where zaya wrote
+// them (the dataset's record describes them as they are).
+void check_dataset_output(const std::string& prefix, const std::vector<std::string>& inputs, bool force) {
+  const bool ours = dataset_files_are_zayas(prefix);
+  for (const std::string& file : {prefix + ".bin", prefix + ".idx", provenance_path(prefix)})
+    check_output_file(file, "--output", inputs, force, ours);
+}
+
 void run_prepare(const PrepareOptions& options, bool force) {
   std::vector<std::string> inputs = options.inputs;
   inputs.push_back(options.tokenizer);
-  for (const char* suffix : {"_train.bin", "_train.idx", "_val.bin", "_val.idx"})
-    guard_output(options.output + suffix, "--output", inputs, force);
+  check_dataset_output(options.output + "_train", inputs, force);
+  if (options.val_fraction > 0) check_dataset_output(options.output + "_val", inputs, force);
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   double last_line = -1e9;
   const PrepareReport r =
@@ -68,7 +78,9 @@ void add_prepare_command(CLI::App& app) {
   command->add_option("--eos-token", options->eos_token,
                       "the end-of-document token (default: the tokenizer's)");
   command->add_option("--seed", options->seed, "seed of the validation split");
-  command->add_flag("--force", *force, "write the datasets even over an input or into a model");
+  command->add_flag(
+      "--force", *force,
+      "replace datasets at --output that zaya did not write (or that changed since), or an input");
   command->callback([options, force] { run_prepare(*options, *force); });
 }
 

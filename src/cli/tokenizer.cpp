@@ -65,7 +65,9 @@ std::vector<std::string> collect_files(const std::vector<std::string>& inputs) {
       continue;
     }
     std::vector<std::string> found;
+    std::string last = input;  // a failed step names the entry it failed past
     for (fs::recursive_directory_iterator it(input, error), end; !error && it != end; it.increment(error)) {
+      last = it->path().string();
       if (!it->is_regular_file(error)) continue;
       const std::string extension = it->path().extension().string();
       if (std::find(std::begin(kTextExtensions), std::end(kTextExtensions), extension) !=
@@ -73,7 +75,7 @@ std::vector<std::string> collect_files(const std::vector<std::string>& inputs) {
         found.push_back(it->path().string());
       }
     }
-    if (error) throw Error(cat("cannot list: ", error.message())).file(input);
+    if (error) throw Error(cat("cannot list: ", error.message())).file(last);
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -83,7 +85,7 @@ std::vector<std::string> collect_files(const std::vector<std::string>& inputs) {
 
 void run_train(const TrainArgs& args) {
   const std::vector<std::string> files = collect_files(args.inputs);
-  guard_output(args.output, "--output", files, args.force);
+  check_output_file(args.output, "--output", files, args.force);
   const auto start = std::chrono::steady_clock::now();
   const BpeTrainSummary summary = train_byte_level_bpe(files, args.options, args.output);
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -192,7 +194,7 @@ void add_tokenizer_command(CLI::App& app) {
                    "text files, or directories searched recursively for *.txt, *.rst, *.md and *.py")
       ->required();
   train_cmd->add_option("--output", train->output, "tokenizer.json to write")->required();
-  train_cmd->add_flag("--force", train->force, "write --output even over an input or into a model");
+  train_cmd->add_flag("--force", train->force, "replace the file at --output, or write it over an input");
   train_cmd->add_option("--vocab-size", train->options.vocab_size, "special tokens + 256 bytes + merges")
       ->default_val(train->options.vocab_size);
   train_cmd->add_option("--special", train->options.special_tokens, "special tokens, ids 0.. in this order")

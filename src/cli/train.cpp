@@ -70,6 +70,7 @@ struct TrainArgs {
   std::string config, run_dir;
   std::vector<std::string> overrides;
   bool print_param_groups = false;
+  bool force = false;
 };
 
 // The exit code an error ends a run with: an Error is an input found wrong before training began (the run
@@ -102,7 +103,7 @@ int train(const TrainArgs& args) {
     std::string run = read_text_file(args.config);
     for (const std::string& override_text : args.overrides) run += "\n--set " + override_text;
     require_agreement(*comm, "the run configuration (" + args.config + " and --set)", run);
-    result = run_training(config, args.run_dir, stop_requested, *comm);
+    result = run_training(config, args.run_dir, stop_requested, *comm, args.force);
   } catch (const std::exception& e) {
     if (comm->size() == 1) throw;
     // The other ranks may be waiting in a collective: end them all, with the reason from this one.
@@ -138,6 +139,8 @@ void add_train_command(CLI::App& app) {
   command->add_option("--set", args->overrides, "override a key: section.key=value (repeatable)");
   command->add_flag("--print-param-groups", args->print_param_groups,
                     "print which optimizer each parameter gets, and exit");
+  command->add_flag("--force", args->force,
+                    "train in a --run-dir that holds files of someone else's (zaya touches only its own)");
   command->callback([args] { run_train(*args); });
 }
 

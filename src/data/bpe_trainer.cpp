@@ -323,6 +323,10 @@ BpeTrainSummary train_byte_level_bpe(const std::vector<std::string>& files, cons
     summary.bytes += count_file(file, static_cast<size_t>(options.read_block_bytes), counter, counts);
   }
   summary.distinct_words = static_cast<int64_t>(counts.size());
+  // A tokenizer of bytes alone would be written without a word, and every later step would be slow.
+  if (counts.empty())
+    throw Error(cat("no text to learn from in ", files.size(), " file(s) of ", summary.bytes, " bytes"))
+        .field("--input");
 
   // Token strings by id (byte-level characters), and the id of each string.
   const tok::ByteLevelAlphabet& alphabet = tok::ByteLevelAlphabet::get();

@@ -280,11 +280,15 @@ DocumentReader::DocumentReader(const std::vector<std::string>& inputs, const Doc
     std::error_code error;
     if (fs::is_directory(input, error)) {
       std::vector<std::string> found;
-      for (const auto& entry : fs::recursive_directory_iterator(input)) {
-        if (entry.is_regular_file() && classify(entry.path().filename().string(), false)) {
-          found.push_back(entry.path().string());
-        }
+      // Unreadable subdirectories are errors naming them, not "cannot increment" naming nothing.
+      // A failed step names the entry it failed past (the subdirectory it could not enter).
+      std::string last = input;
+      for (fs::recursive_directory_iterator it(input, error), end; !error && it != end; it.increment(error)) {
+        last = it->path().string();
+        if (it->is_regular_file(error) && classify(it->path().filename().string(), false))
+          found.push_back(last);
       }
+      if (error) throw Error(cat("cannot list: ", error.message())).file(last);
       if (found.empty())
         throw Error("no .txt, .rst, .md, .py or .jsonl files (optionally .gz or .zst) in the directory")
             .file(input);

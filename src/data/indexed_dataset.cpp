@@ -1,5 +1,6 @@
 #include "data/indexed_dataset.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -177,6 +178,7 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
       throw Error(cat("token id ", tokens[i], " does not fit the dataset's token type"))
           .file(prefix_ + ".bin");
     }
+    max_token_id_ = std::max<int64_t>(max_token_id_, tokens[i]);
     if (item == 2) {
       const uint16_t narrow = uint16_t(tokens[i]);
       std::memcpy(staging_.data() + 2 * size_t(i), &narrow, 2);
@@ -189,7 +191,8 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
   tokens_ += count;
 }
 
-void IndexedDatasetWriter::finish() {
+void IndexedDatasetWriter::finish(
+    const std::function<void(const FileStamp& bin, const FileStamp& idx)>& before_commit) {
   const uint64_t sequences = lengths_.size(), documents = sequences + 1, version = 1;
   std::vector<unsigned char> index(kHeaderBytes + sequences * 12 + documents * 8);
   unsigned char* p = index.data();
@@ -211,10 +214,18 @@ void IndexedDatasetWriter::finish() {
 
   // A dataset being replaced loses its index first: a process killed between the two renames leaves a
   // .bin without a .idx (refused on load), never the new tokens under the old index.
+  AtomicFileWriter index_file(prefix_ + ".idx");
+  index_file.write(index.data(), index.size());
+  if (before_commit) {
+    const std::optional<FileStamp> bin = file_stamp(bin_.temp_path()),
+                                   idx = file_stamp(index_file.temp_path());
+    if (!bin || !idx) throw Error("vanished as it was written").file(prefix_ + ".bin");
+    before_commit(*bin, *idx);
+  }
   std::error_code ignored;
   std::filesystem::remove(prefix_ + ".idx", ignored);
   bin_.commit();
-  write_file_atomic(prefix_ + ".idx", {reinterpret_cast<const char*>(index.data()), index.size()});
+  index_file.commit();
 }
 
 }  // namespace zaya

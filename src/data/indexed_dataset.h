@@ -7,11 +7,13 @@
 // writes one sequence per document. Existing Megatron datasets load as they are.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/mapped_file.h"
 #include "io/atomic_file.h"
+#include "io/file_stamp.h"
 
 namespace zaya {
 
@@ -61,9 +63,12 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
   void add_document(const int32_t* tokens, int64_t count);
-  void finish();
+  // Writes the index, then calls `before_commit` with the stamps PREFIX.bin and PREFIX.idx will have (a
+  // rename keeps them), then gives both files their names.
+  void finish(const std::function<void(const FileStamp& bin, const FileStamp& idx)>& before_commit = {});
   int64_t documents() const { return int64_t(lengths_.size()); }
   int64_t tokens() const { return tokens_; }
+  int64_t max_token_id() const { return max_token_id_; }  // -1 before the first token
 
  private:
   std::string prefix_;
@@ -71,7 +76,7 @@ class IndexedDatasetWriter {
   AtomicFileWriter bin_;  // PREFIX.bin under a temporary name until finish()
   std::vector<int32_t> lengths_;
   std::vector<unsigned char> staging_;
-  int64_t tokens_ = 0;
+  int64_t tokens_ = 0, max_token_id_ = -1;
 };
 
 }  // namespace zaya

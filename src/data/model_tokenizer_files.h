@@ -6,8 +6,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zaya {
+
+// The files write_model_tokenizer writes.
+inline const std::vector<std::string> kModelTokenizerFiles = {"tokenizer.json", "tokenizer_config.json"};
 
 // Writes model_dir/tokenizer.json, a copy of tokenizer_json, and model_dir/tokenizer_config.json: a copy of
 // the one beside tokenizer_json when there is one, else one made from the tokenizer's special tokens.

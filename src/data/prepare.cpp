@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "data/dataset_provenance.h"
 #include "data/document_reader.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -115,8 +116,16 @@ PrepareReport prepare_dataset(const PrepareOptions& options,
 
   if (report.train_documents == 0)
     throw Error("every document went to validation; lower --val-fraction").field("--val-fraction");
-  train.finish();
-  if (val) val->finish();
+  auto publish = [&](IndexedDatasetWriter& writer, const std::string& prefix) {
+    writer.finish([&](const FileStamp& bin, const FileStamp& idx) {
+      write_dataset_provenance(prefix,
+                               {tokenizer.fingerprint(), options.tokenizer, tokenizer.vocab_size(),
+                                writer.max_token_id(), writer.documents(), writer.tokens()},
+                               bin, idx);
+    });
+  };
+  publish(train, report.train_prefix);
+  if (val) publish(*val, report.val_prefix);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 
@@ -40,6 +41,7 @@ struct EncodeScratch {
 }  // namespace
 
 struct Tokenizer::Impl {
+  std::string fingerprint;
   std::unique_ptr<tok::Normalizer> normalizer;
   std::unique_ptr<tok::PreTokenizer> pre_tokenizer;
   std::unique_ptr<tok::BpeModel> model;
@@ -115,10 +117,41 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return parse(read_text_file(path), path);
 }
 
+namespace {
+
+// FNV-1a, 64 bits, over the document in a fixed form: the JSON (keys in order, the layout of the file gone),
+// then the vocabulary and the merges in the file's order.
+std::string fingerprint_of(const tok::TokenizerDocument& document) {
+  uint64_t hash = 14695981039346656037ull;
+  auto add = [&](std::string_view bytes) {
+    for (const char c : bytes) hash = (hash ^ uint8_t(c)) * 1099511628211ull;
+    hash = (hash ^ 0xffu) * 1099511628211ull;  // a separator no UTF-8 text holds
+  };
+  add(document.root.dump());
+  if (document.vocab) {
+    for (const auto& [token, id] : *document.vocab) {
+      add(token);
+      add(std::to_string(id));
+    }
+  }
+  if (document.merges) {
+    for (const auto& [left, right] : *document.merges) {
+      add(left);
+      add(right);
+    }
+  }
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "fnv1a64:%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::parse(std::string_view json, const std::string& source) {
   tok::TokenizerDocument document = tok::read_tokenizer_document(json, source);
   if (!document.root.is_object()) throw Error("expected a JSON object").file(source);
   auto impl = std::make_unique<Impl>();
+  impl->fingerprint = fingerprint_of(document);
   try {
     const tok::JsonField root(document.root, "", source);
     const tok::JsonField version = root["version"];
@@ -139,6 +172,10 @@ Tokenizer Tokenizer::parse(std::string_view json, const std::string& source) {
     throw;
   }
   return Tokenizer(std::move(impl));
+}
+
+const std::string& Tokenizer::fingerprint() const {
+  return impl_->fingerprint;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -53,6 +53,9 @@ class Tokenizer {
 
   // Largest id + 1, added tokens included.
   int64_t vocab_size() const;
+  // What the tokenizer does, as a hash ("fnv1a64:<16 hex digits>"): of its JSON with the keys in order, its
+  // vocabulary and its merges, so that two files differing only in layout agree. Datasets and runs record it.
+  const std::string& fingerprint() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token string of an id (for an added token with normalized=true, its normalized form, as tokenizers'
   // id_to_token).

@@ -20,6 +20,8 @@ class AtomicFileWriter {
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
   void commit();
+  // Where the contents are until commit() gives them the path's name (keeping their stamp).
+  const std::string& temp_path() const { return temp_path_; }
 
  private:
   std::string path_, temp_path_;

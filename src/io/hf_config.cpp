@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -326,6 +327,79 @@ std::string config_to_json(const ZayaConfig& c) {
 
 void save_config(const ZayaConfig& config, const std::string& path) {
   write_file_atomic(path, config_to_json(config));
+}
+
+namespace {
+
+template <class T>
+std::string printed(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string printed(const std::optional<int64_t>& value) {
+  return value ? std::to_string(*value) : "none";
+}
+
+std::string printed(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+std::string printed(const std::vector<std::string>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + values[i];
+  return out + "]";
+}
+
+}  // namespace
+
+std::string model_difference(const ZayaConfig& a, const ZayaConfig& b) {
+  std::string found;
+  auto compare = [&](const char* field, const auto& x, const auto& y) {
+    if (found.empty() && !(x == y)) found = cat(field, ": ", printed(x), " against ", printed(y));
+  };
+  compare("vocab_size", a.vocab_size, b.vocab_size);
+  compare("hidden_size", a.hidden_size, b.hidden_size);
+  compare("num_hidden_layers", a.num_hidden_layers, b.num_hidden_layers);
+  compare("num_attention_heads", a.num_attention_heads, b.num_attention_heads);
+  compare("num_key_value_heads", a.num_key_value_heads, b.num_key_value_heads);
+  compare("head_dim", a.head_dim, b.head_dim);
+  compare("hidden_act", a.hidden_act, b.hidden_act);
+  compare("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps);
+  compare("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings);
+  compare("sliding_window", printed(a.sliding_window), printed(b.sliding_window));
+  compare("moe_intermediate_size", a.moe_intermediate_size, b.moe_intermediate_size);
+  compare("num_experts_per_tok", a.num_experts_per_tok, b.num_experts_per_tok);
+  compare("num_experts", a.num_experts, b.num_experts);
+  compare("layer_types", printed(a.layer_types), printed(b.layer_types));
+  compare("pad_token_id", printed(a.pad_token_id), printed(b.pad_token_id));
+  compare("bos_token_id", printed(a.bos_token_id), printed(b.bos_token_id));
+  compare("eos_token_id", printed(a.eos_token_id), printed(b.eos_token_id));
+  compare("attention_bias", a.attention_bias, b.attention_bias);
+  compare("lm_head_bias", a.lm_head_bias, b.lm_head_bias);
+  compare("router_hidden_size", a.router_hidden_size, b.router_hidden_size);
+  compare("cca_time0", a.cca_time0, b.cca_time0);
+  compare("cca_time1", a.cca_time1, b.cca_time1);
+  std::set<std::string> types;
+  for (const auto& [type, rope] : a.rope_parameters) types.insert(type);
+  for (const auto& [type, rope] : b.rope_parameters) types.insert(type);
+  for (const std::string& type : types) {
+    const auto x = a.rope_parameters.find(type), y = b.rope_parameters.find(type);
+    if (x == a.rope_parameters.end() || y == b.rope_parameters.end()) {
+      compare(cat("rope_parameters.", type).c_str(),
+              std::string(x == a.rope_parameters.end() ? "none" : "set"),
+              std::string(y == b.rope_parameters.end() ? "none" : "set"));
+      continue;
+    }
+    compare(cat("rope_parameters.", type, ".rope_type").c_str(), x->second.rope_type, y->second.rope_type);
+    compare(cat("rope_parameters.", type, ".rope_theta").c_str(), x->second.rope_theta, y->second.rope_theta);
+    compare(cat("rope_parameters.", type, ".partial_rotary_factor").c_str(), x->second.partial_rotary_factor,
+            y->second.partial_rotary_factor);
+  }
+  return found;
 }
 
 }  // namespace zaya

@@ -64,6 +64,12 @@ struct ZayaConfig {
   void fill_defaults();
 };
 
+// The first field that gives the weights of `a` and `b` another meaning (the shapes, the layer types and
+// windows, RoPE, norms' epsilon, tied embeddings, biases, the activation, the special tokens' ids), as
+// "field: A against B"; empty when they agree on all of them. Fields that do not (the context length,
+// initializer_range, the stored dtype, keys zaya does not model) are not compared.
+std::string model_difference(const ZayaConfig& a, const ZayaConfig& b);
+
 // Parses and validates; `source` names the file in errors. Throws Error naming the file and field.
 ZayaConfig parse_config(std::string_view json_text, const std::string& source);
 ZayaConfig load_config(const std::string& path);

@@ -24,7 +24,37 @@ std::string shard_name(size_t index, size_t count) {
   return name;
 }
 
+// Each tensor's shard: greedy packing in the given order; a tensor larger than the limit gets a shard of its
+// own.
+std::vector<size_t> assign_shards(const std::vector<size_t>& tensor_bytes, size_t max_shard_bytes) {
+  std::vector<size_t> shard_of;
+  size_t shard = 0, shard_bytes = 0;
+  for (const size_t bytes : tensor_bytes) {
+    if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
+      ++shard;
+      shard_bytes = 0;
+    }
+    shard_of.push_back(shard);
+    shard_bytes += bytes;
+  }
+  return shard_of;
+}
+
 }  // namespace
+
+std::vector<std::string> weight_file_names(const std::vector<size_t>& tensor_bytes, size_t max_shard_bytes) {
+  const std::vector<size_t> shard_of = assign_shards(tensor_bytes, max_shard_bytes);
+  const size_t shards = shard_of.empty() ? 1 : shard_of.back() + 1;
+  if (shards == 1) return {kSingleFile};
+  std::vector<std::string> names;
+  for (size_t i = 0; i < shards; ++i) names.push_back(shard_name(i, shards));
+  names.push_back(kIndexFile);
+  return names;
+}
+
+bool is_weight_file(const std::string& name) {
+  return name == kIndexFile || name.ends_with(".safetensors");
+}
 
 WeightSet::WeightSet(const std::string& dir) {
   const fs::path single = fs::path(dir) / kSingleFile, index_path = fs::path(dir) / kIndexFile;
@@ -83,21 +113,18 @@ std::vector<std::string> write_weight_set(const std::string& dir,
                                           size_t max_shard_bytes,
                                           const std::map<std::string, std::string>& metadata) {
   fs::create_directories(dir);
-  // Greedy packing in the given order; a tensor larger than the limit gets a shard of its own.
-  std::vector<std::vector<std::pair<std::string, TensorView>>> shards(1);
+  std::vector<size_t> tensor_bytes;
+  for (const auto& [name, view] : tensors) tensor_bytes.push_back(view.nbytes());
+  const std::vector<size_t> shard_of = assign_shards(tensor_bytes, max_shard_bytes);
+  std::vector<std::vector<std::pair<std::string, TensorView>>> shards(shard_of.empty() ? 1
+                                                                                       : shard_of.back() + 1);
   std::vector<std::pair<std::string, size_t>> weight_map;
-  size_t total = 0, shard_bytes = 0;
-  for (const auto& [name, view] : tensors) {
-    if (shard_bytes > 0 && shard_bytes + view.nbytes() > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace_back(name, view);
-    weight_map.emplace_back(name, shards.size() - 1);
-    shard_bytes += view.nbytes();
-    total += view.nbytes();
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    shards[shard_of[i]].push_back(tensors[i]);
+    weight_map.emplace_back(tensors[i].first, shard_of[i]);
+    total += tensor_bytes[i];
   }
-
   std::vector<std::string> written;
   if (shards.size() == 1) {
     SafetensorsWriter single;
@@ -109,14 +136,6 @@ std::vector<std::string> write_weight_set(const std::string& dir,
     for (size_t i = 0; i < shards.size(); ++i)
       written.push_back(write_weight_shard(dir, i, shards.size(), shards[i], metadata));
     written.push_back(write_weight_index(dir, weight_map, shards.size(), total));
-  }
-  // A directory that held the other layout must not keep it: readers would pick the stale one.
-  const std::set<std::string> kept(written.begin(), written.end());
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    const bool weight_file = name == kSingleFile || name == kIndexFile ||
-                             (name.starts_with("model-") && name.ends_with(".safetensors"));
-    if (weight_file && !kept.count(name)) fs::remove(entry.path());
   }
   return written;
 }

@@ -29,12 +29,19 @@ class WeightSet {
 };
 
 // Writes `tensors` into `dir` as one model.safetensors when they fit in max_shard_bytes, else as shards
-// plus the index, each file atomically. Stale weight files of a different layout are removed afterwards.
-// Returns the names of the files written.
+// plus the index, each file atomically. Returns the names of the files written. Nothing else in `dir` is
+// touched: a directory holding weights of another layout is the caller's to refuse (OutputDirectory).
 std::vector<std::string> write_weight_set(const std::string& dir,
                                           const std::vector<std::pair<std::string, TensorView>>& tensors,
                                           size_t max_shard_bytes,
                                           const std::map<std::string, std::string>& metadata);
+
+// The names write_weight_set gives the files of tensors of these sizes (in bytes, in order):
+// model.safetensors, or the shards and then the index.
+std::vector<std::string> weight_file_names(const std::vector<size_t>& tensor_bytes, size_t max_shard_bytes);
+// Whether a file of a model directory holds weights or says where they are (*.safetensors, the index): one
+// that a loader reads.
+bool is_weight_file(const std::string& name);
 
 // The same sharded layout written by several writers at once (the ranks of a run): each writes its shard
 // (index of count) and one of them the index, whose weight_map gives each tensor name its shard's index.

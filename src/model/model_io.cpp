@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -39,11 +40,34 @@ void check_weights(const std::string& dir, const ParameterTable& table, const We
     }
   }
   for (const std::string& name : weights.names()) {
-    // A tied head may still be stored (some exporters do); it is the embedding and is ignored.
+    // A tied head may still be stored (some exporters do) when it equals the embedding (stores_own_head).
     if (!expected.count(name) && !(name == "lm_head.weight" && tied_embeddings)) {
       throw Error("the model has no parameter of this name").file(dir).tensor(name);
     }
   }
+}
+
+// Whether `weights` store an lm_head.weight that is not the embedding (in values, as read in f32): a config
+// that ties the two (or leaves it to the default, tied) then does not hold for these weights. transformers
+// loads such a directory untied, with the stored head; so does zaya. Compared a block of rows at a time.
+bool stores_own_head(const WeightSet& weights) {
+  const auto head = weights.find("lm_head.weight"), embed = weights.find("model.embed_tokens.weight");
+  if (!head.file || !embed.file) return head.file != nullptr;
+  if (!(head.entry->shape == embed.entry->shape) || head.entry->shape.rank() != 2) return true;
+  const TensorView head_all = head.file->view(*head.entry), embed_all = embed.file->view(*embed.entry);
+  const int64_t rows = head_all.shape[0], width = head_all.shape[1], block = 1024;
+  std::vector<float> a(size_t(block * width)), b(size_t(block * width));
+  for (int64_t first = 0; first < rows; first += block) {
+    const int64_t count = std::min(block, rows - first);
+    auto rows_of = [&](const TensorView& all) {
+      return TensorView{static_cast<char*>(all.data) + size_t(first * width) * dtype_size(all.dtype),
+                        all.dtype, Shape{count, width}};
+    };
+    convert_to_f32(rows_of(head_all), a.data());
+    convert_to_f32(rows_of(embed_all), b.data());
+    if (std::memcmp(a.data(), b.data(), size_t(count * width) * sizeof(float)) != 0) return true;
+  }
+  return false;
 }
 
 // Each parameter's values (all of the tensor, or the rows of this rank's experts) from checked weights.
@@ -67,10 +91,11 @@ LoadedModel load_model(const std::string& dir, ExpertValues expert_values) {
   if (!fs::is_directory(dir)) throw Error("not a model directory").file(dir);
   LoadedModel model;
   model.config = load_config((fs::path(dir) / "config.json").string());
-  const ModelDims dims = model_dims(model.config);
   // Checked before the store is allocated: a config asking for more than the files hold (65,536 layers, a
   // one-line edit of a small model's) fails at once instead of after allocating its size (6.5 GB, 8 s).
   const WeightSet weights(dir);
+  if (model.config.tie_word_embeddings && stores_own_head(weights)) model.config.tie_word_embeddings = false;
+  const ModelDims dims = model_dims(model.config);
   ParameterTable table(dims);
   check_weights(dir, table, weights, model.config.tie_word_embeddings);
   model.params = std::make_unique<ParameterStore>(dims, std::move(table), host_memory(), expert_values);
@@ -94,6 +119,17 @@ void write_generation_config(const ZayaConfig& config, const std::string& path) 
     out["eos_token_id"] = config.eos_token_id[0];
   }
   write_file_atomic(path, out.dump(2) + "\n");
+}
+
+std::vector<std::string> model_file_names(const ParameterTable& table, const SaveOptions& options) {
+  std::vector<size_t> tensor_bytes;
+  for (const ParamInfo& param : table.params()) {
+    const bool bf16 = options.dtype == "bfloat16" && param.role != ParamRole::BalancingBias;
+    tensor_bytes.push_back(size_t(param.numel()) * (bf16 ? sizeof(uint16_t) : sizeof(float)));
+  }
+  std::vector<std::string> names = weight_file_names(tensor_bytes, options.max_shard_bytes);
+  names.insert(names.end(), {"config.json", "generation_config.json"});
+  return names;
 }
 
 void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,

@@ -19,7 +19,8 @@ struct LoadedModel {
 // Reads config.json and the weights (f32, bf16 or f16, converted to f32; with ExpertValues::Bf16 the expert
 // weights rounded to bf16 instead, for a model that only runs forward in bf16). Every parameter must be
 // present with its exact shape; a tensor the model does not have is an error too. Errors name the file and
-// tensor.
+// tensor. As transformers does, a tied config (tie_word_embeddings true or absent) with a stored
+// lm_head.weight that differs from the embedding loads untied, with that head (config says so after).
 LoadedModel load_model(const std::string& dir, ExpertValues expert_values = ExpertValues::F32);
 // The weights of a model directory into an existing store of the same shape.
 void load_weights(const std::string& dir, ParameterStore& params, bool tied_embeddings);
@@ -33,6 +34,9 @@ struct SaveOptions {
 // the tied lm_head is not stored, as transformers does).
 void save_model(const ZayaConfig& config, const ParameterStore& params, const std::string& dir,
                 const SaveOptions& options = {});
+// The names of the files save_model writes for a store of this table (known before the model is read or
+// made: an output directory is checked against them first).
+std::vector<std::string> model_file_names(const ParameterTable& table, const SaveOptions& options = {});
 // generation_config.json: the special token ids, as transformers writes it for a model config.
 void write_generation_config(const ZayaConfig& config, const std::string& path);
 

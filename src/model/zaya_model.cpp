@@ -78,16 +78,17 @@ namespace {
 void check_batch(const Batch& batch, const ModelDims& dims) {
   if (batch.batch <= 0 || batch.seq <= 0)
     throw Error(cat("empty batch [", batch.batch, ", ", batch.seq, "]"));
+  // Every input id before any label: a label is usually the next input, and the input is what to name.
+  auto at = [&](int64_t t) { return cat(" at [", t / batch.seq, ", ", t % batch.seq, "]"); };
   for (int64_t t = 0; t < batch.tokens(); ++t) {
     if (batch.input_ids[t] < 0 || batch.input_ids[t] >= dims.vocab) {
-      throw Error(cat("token id ", batch.input_ids[t], " at position ", t, " is outside the vocabulary of ",
-                      dims.vocab))
+      throw Error(cat("token id ", batch.input_ids[t], at(t), " is outside the vocabulary of ", dims.vocab))
           .field("input_ids");
     }
-    if (batch.labels && batch.labels[t] != kIgnoreLabel &&
-        (batch.labels[t] < 0 || batch.labels[t] >= dims.vocab)) {
-      throw Error(
-          cat("label ", batch.labels[t], " at position ", t, " is outside the vocabulary of ", dims.vocab))
+  }
+  for (int64_t t = 0; batch.labels && t < batch.tokens(); ++t) {
+    if (batch.labels[t] != kIgnoreLabel && (batch.labels[t] < 0 || batch.labels[t] >= dims.vocab)) {
+      throw Error(cat("label ", batch.labels[t], at(t), " is outside the vocabulary of ", dims.vocab))
           .field("labels");
     }
   }

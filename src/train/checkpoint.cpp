@@ -38,6 +38,7 @@ json state_to_json(const TrainerState& s, int64_t optimizer_steps, int64_t balan
       {"ranks", ranks},
       {"zaya_version", ZAYA_VERSION}};
   if (!s.precision.empty()) out["precision"] = s.precision;
+  if (!s.settings.empty()) out["settings"] = s.settings;
   return out;
 }
 
@@ -275,10 +276,19 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
   restore("balancing.exp_avg_sq", balancing.second_moment().data(), int64_t(balancing.second_moment().size()),
           host_memory());
 
-  const std::string state_path = (dir / kCheckpointStateFile).string();
+  int64_t optimizer_steps = 0, balancing_steps = 0;
+  out.state = read_trainer_state(checkpoint_dir, &optimizer_steps, &balancing_steps);
+  optimizer.set_steps_taken(optimizer_steps);
+  balancing.steps() = balancing_steps;
+  return out;
+}
+
+TrainerState read_trainer_state(const std::string& checkpoint_dir, int64_t* optimizer_steps,
+                                int64_t* balancing_steps) {
+  const std::string state_path = (fs::path(checkpoint_dir) / kCheckpointStateFile).string();
+  TrainerState t;
   try {
     const json s = parse_json(read_text_file(state_path), state_path);
-    TrainerState& t = out.state;
     const auto integer = [&](const json& value, const char* field) {
       return json_int64(value, state_path, field);
     };
@@ -291,18 +301,14 @@ LoadedCheckpoint load_checkpoint(const std::string& checkpoint_dir, ParameterSto
     t.loader.stage = integer(s.at("loader").at("stage"), "loader.stage");
     t.loader.samples = integer(s.at("loader").at("samples"), "loader.samples");
     t.loader.drawn = json_int64_array(s.at("loader").at("drawn"), state_path, "loader.drawn");
-    optimizer.set_steps_taken(integer(s.at("optimizer_steps"), "optimizer_steps"));
-    balancing.steps() = integer(s.at("balancing_steps"), "balancing_steps");
+    if (optimizer_steps) *optimizer_steps = integer(s.at("optimizer_steps"), "optimizer_steps");
+    if (balancing_steps) *balancing_steps = integer(s.at("balancing_steps"), "balancing_steps");
     t.precision = precision_of_state(s, state_path);
+    if (s.contains("settings")) t.settings = s.at("settings").get<std::map<std::string, std::string>>();
   } catch (const json::exception& e) {
     throw Error(std::string("malformed: ") + e.what()).file(state_path);
   }
-  return out;
-}
-
-std::string recorded_precision(const std::string& checkpoint_dir) {
-  const std::string state_path = (fs::path(checkpoint_dir) / kCheckpointStateFile).string();
-  return precision_of_state(parse_json(read_text_file(state_path), state_path), state_path);
+  return t;
 }
 
 }  // namespace zaya

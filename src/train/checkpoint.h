@@ -18,6 +18,7 @@
 // whichever shard holds it, so a checkpoint loads at any rank count and any expert-parallel size.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +43,10 @@ struct TrainerState {
   int64_t bad_steps = 0;     // non-finite steps in a row
   double seconds = 0;        // training time so far (for throughput and ETA across restarts)
   LoaderState loader;
-  std::string
-      precision;  // of the run's products, "fp32" or "bf16" ("" in checkpoints from before it was kept)
+  // Of the run's products, "fp32" or "bf16" ("" in checkpoints from before it was kept).
+  std::string precision;
+  // The run's settings (TrainConfig::settings) when the checkpoint was written: a resume says what changed.
+  std::map<std::string, std::string> settings;
 };
 
 // One rank's part of the run at one step, copied on the training thread so that it can be written in the
@@ -72,9 +75,11 @@ FileChecksums write_checkpoint_files(const CheckpointSnapshot& snapshot, const s
 // The two above and publish_checkpoint for a single process: RUN/checkpoints/step_<N>, published.
 void write_checkpoint(const CheckpointSnapshot& snapshot, const std::string& run_dir, int keep);
 
-// The precision recorded in a checkpoint's trainer state ("" where it predates the record): what "auto"
-// resumes with, so that a run multiplies as it began whatever a measurement would choose now.
-std::string recorded_precision(const std::string& checkpoint_dir);
+// The trainer state of a checkpoint alone (trainer_state.json), and the optimizer's and balancing
+// controller's step counts where asked. Its precision is what "auto" resumes with, so that a run multiplies
+// as it began whatever a measurement would choose now. Throws Error naming the file and field.
+TrainerState read_trainer_state(const std::string& checkpoint_dir, int64_t* optimizer_steps = nullptr,
+                                int64_t* balancing_steps = nullptr);
 
 struct LoadedCheckpoint {
   ZayaConfig config;

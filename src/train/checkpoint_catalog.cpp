@@ -52,6 +52,23 @@ std::vector<std::pair<int64_t, fs::path>> step_directories(const fs::path& root)
   return all;
 }
 
+// Whether a step directory holds nothing but a checkpoint zaya wrote: every file in it is listed in its
+// checksums (which rotation may then delete), no other file, and no directory.
+bool only_checkpoint_files(const fs::path& dir) {
+  try {
+    const std::string listing = (dir / kCheckpointChecksumFile).string();
+    const json checksums = parse_json(read_text_file(listing), listing);
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!entry.is_regular_file() || (name != kCheckpointChecksumFile && !checksums.contains(name)))
+        return false;
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string file_checksum(const std::string& path) {
@@ -95,10 +112,17 @@ void publish_checkpoint(const std::string& temp_dir, int64_t step, const FileChe
   sync_directory(root.string());
   write_file_atomic((root / kLatest).string(), name + "\n");
 
-  // Rotation: the newest `keep` up to this step stay. Newer ones are not this run's to delete.
+  // Rotation: the newest `keep` up to this step stay. Newer ones are not this run's to delete, nor is a step
+  // directory holding anything zaya did not write there.
   int kept = 0;
   for (const auto& [other, path] : step_directories(root)) {
-    if (other <= step && ++kept > keep) fs::remove_all(path);
+    if (other > step || ++kept <= keep) continue;
+    if (only_checkpoint_files(path)) {
+      fs::remove_all(path);
+    } else {
+      std::fprintf(stderr, "zaya: %s holds files zaya did not write; left in place by the rotation\n",
+                   path.c_str());
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -14,7 +15,11 @@ TomlReader::TomlReader(const toml::table* table, std::string path, const std::st
 void TomlReader::fail(const std::string& key, const std::string& message) const {
   std::string where = *file_;
   const toml::node* node = table_ ? table_->get(key) : nullptr;
-  if (node && node->source().begin.line) where += ":" + std::to_string(node->source().begin.line);
+  if (node && node->source().path && *node->source().path != *file_) {
+    where = *node->source().path;  // a --set override: its own line is not the file's
+  } else if (node && node->source().begin.line) {
+    where += ":" + std::to_string(node->source().begin.line);
+  }
   throw Error(message).file(where).field(dotted(key));
 }
 
@@ -139,14 +144,35 @@ void TomlReader::finish() const {
 
 namespace {
 
-// The value of an override, as TOML; a bare word that is not TOML is taken as a string.
-toml::table override_value(const std::string& text) {
+// The value of an override, as TOML; a bare word that is not TOML is taken as a string. Its source is the
+// override ("--set optimizer.lr"), which errors about it name.
+toml::table override_value(const std::string& text, const std::string& source) {
   try {
-    return toml::parse("value = " + text);
+    return toml::parse("value = " + text, source);
   } catch (const toml::parse_error&) {
-    toml::table out;
-    out.insert("value", text);
-    return out;
+    std::string quoted;
+    for (const char c : text) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    try {
+      return toml::parse("value = \"" + quoted + "\"", source);
+    } catch (const toml::parse_error& e) {  // a control character
+      throw Error(std::string(e.description())).field(source);
+    }
+  }
+}
+
+void flatten(const toml::node& node, const std::string& key, std::map<std::string, std::string>& out) {
+  if (const toml::table* table = node.as_table()) {
+    for (const auto& [name, child] : *table)
+      flatten(child, key.empty() ? std::string(name.str()) : key + "." + std::string(name.str()), out);
+  } else if (const toml::array* array = node.as_array(); array && array->is_array_of_tables()) {
+    for (size_t i = 0; i < array->size(); ++i) flatten(*array->get(i), cat(key, ".", i), out);
+  } else {
+    std::ostringstream value;
+    node.visit([&](const auto& v) { value << v; });
+    out[key] = value.str();
   }
 }
 
@@ -166,7 +192,7 @@ toml::table parse_toml(std::string_view text, const std::string& source,
       throw Error("expected section.key=value, got \"" + item + "\"").field("--set");
     }
     const std::string path = item.substr(0, equals);
-    toml::table holder = override_value(item.substr(equals + 1));
+    toml::table holder = override_value(item.substr(equals + 1), "--set " + path);
     toml::table* table = &root;
     std::istringstream parts(path);
     std::string part, next;
@@ -196,6 +222,12 @@ toml::table parse_toml(std::string_view text, const std::string& source,
     table->insert_or_assign(part, std::move(*holder.get("value")));
   }
   return root;
+}
+
+std::map<std::string, std::string> flatten_toml(const toml::table& table) {
+  std::map<std::string, std::string> out;
+  flatten(table, "", out);
+  return out;
 }
 
 }  // namespace zaya

@@ -3,6 +3,7 @@
 // reader did not consume, and every error names the file, the line and the dotted key.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,8 +48,12 @@ class TomlReader {
   std::set<std::string> read_;
 };
 
-// Parses TOML text and applies "dotted.key=value" overrides; throws Error naming the file and line.
+// Parses TOML text and applies "dotted.key=value" overrides; throws Error naming the file and line (or the
+// override: its values' source is "--set dotted.key").
 toml::table parse_toml(std::string_view text, const std::string& source,
                        const std::vector<std::string>& overrides);
+
+// Every value of a table under its dotted key ("stages.1.seq_len"), printed as TOML.
+std::map<std::string, std::string> flatten_toml(const toml::table& table);
 
 }  // namespace zaya

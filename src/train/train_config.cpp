@@ -287,6 +287,7 @@ TrainConfig parse_train_config(std::string_view text, const std::string& source,
   TomlReader reader(&root, "", &source);
   TrainConfig config;
   config.source = source;
+  config.settings = flatten_toml(root);
   read_run(reader.table("run"), config.run);
   read_model(reader.table("model"), config.model);
   read_data(reader.table("data"), config.data);

@@ -2,6 +2,7 @@
 // The run's TOML configuration: every constant of training, with the defaults documented in
 // docs/CONFIG.md. Unknown keys and bad values are errors naming the file, line and key.
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,9 @@ struct DebugSection {
 
 struct TrainConfig {
   std::string source;  // the file it came from
+  // Every key as read (the --set overrides applied) with its value printed as TOML: a resumed run names what
+  // changed since its checkpoint.
+  std::map<std::string, std::string> settings;
   RunSection run;
   ModelSection model;
   DataSection data;

@@ -32,6 +32,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_writer.h"
 #include "train/metrics.h"
+#include "train/run_checks.h"
 
 namespace zaya {
 namespace fs = std::filesystem;
@@ -234,7 +235,7 @@ PrecisionChoice run_precision(const TrainConfig& config, const std::string& resu
     return resolve_precision(config.run.precision, device, {}, "run.precision");
   std::string decided;  // "<name>\n<description>"
   if (comm.rank() == 0) {
-    const std::string recorded = resume.empty() ? "" : recorded_precision(resume);
+    const std::string recorded = resume.empty() ? "" : read_trainer_state(resume).precision;
     PrecisionChoice choice;
     if (recorded.empty()) {
       const int64_t rows = config.batch.micro_batch * config.stages.front().seq_len;
@@ -260,7 +261,7 @@ std::string one_line(std::string text) {
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config, const std::string& run_dir, const std::atomic<bool>& stop,
-                         Communicator& world) {
+                         Communicator& world, bool force) {
   // Every collective of the run goes through the watched communicator: when one does not complete within
   // run.hang_timeout_s, the watchdog says which and ends the job.
   std::unique_ptr<HangWatchdog> watchdog;
@@ -279,6 +280,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   } else if (comm.local_size() > 1) {
     set_num_threads(std::max(1, num_threads() / comm.local_size()));
   }
+  if (leader) claim_run_directory(run_dir, force);
   try {
     fs::create_directories(run_dir);
   } catch (const fs::filesystem_error& e) {
@@ -303,10 +305,19 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   // Rank 0 chooses the checkpoint (and alone reports damaged ones); every rank reads it.
   const CheckpointChoice choice = leader ? choose_checkpoint(run_dir) : CheckpointChoice{};
   const std::string resume = comm.all_gather_strings(choice.path)[0];
-  ZayaConfig model_config = resume.empty()
-                                ? resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
-                                                       tokenizer.bos_id(), tokenizer.eos_id())
-                                : load_config((fs::path(resume) / "config.json").string());
+  const ZayaConfig configured = resolve_model_config(config, tokenizer.vocab_size(), tokenizer.pad_id(),
+                                                     tokenizer.bos_id(), tokenizer.eos_id());
+  ZayaConfig model_config =
+      resume.empty() ? configured : load_config((fs::path(resume) / "config.json").string());
+  // Before anything is built: the datasets belong to the tokenizer, and a resume to its checkpoint's run.
+  std::vector<std::string> input_notes, changed_settings;
+  if (leader) {
+    // A resume with another tokenizer is said as such, before its datasets are found to be of the other.
+    if (!resume.empty())
+      changed_settings = check_resume(resume, read_trainer_state(resume), config, tokenizer, configured);
+    input_notes = check_datasets(config, tokenizer, model_config.vocab_size);
+  }
+  comm.all_gather_strings("");  // every rank waits for those checks (a failing one ends the job)
   // Expert parallel: consecutive groups of P ranks share each layer's experts, rank r holding the
   // (r mod P)-th E / P of them; the ranks with the same experts (every P-th) reduce their gradients together.
   const ModelDims dims = model_dims(model_config);
@@ -348,6 +359,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     params.copy_values_from(drawn);
   }
   state.precision = std::string(precision_name(precision));  // what the checkpoints record
+  state.settings = config.settings;
   if (state.stage > int64_t(config.stages.size())) {
     throw Error(
         cat("the checkpoint is in stage ", state.stage + 1, " but the config has ", config.stages.size()))
@@ -402,15 +414,25 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
                                        : "",
                           ", ", num_threads(), " threads each")
                     : ""));
+  for (const std::string& note : input_notes) say(note);
+  if (!changed_settings.empty()) {
+    std::string changes;
+    for (const std::string& change : changed_settings) changes += (changes.empty() ? "" : "; ") + change;
+    say(cat("resuming with settings changed since the checkpoint, applied from here on: ", changes));
+    if (log)
+      log->event("settings_changed", state.step, nlohmann::json({{"changes", changed_settings}}).dump());
+  }
   say(cat("device ", device.description, "; ", precision_choice.description));
   GemmRate gemm = gemm_rate(ops, precision, num_threads());  // the same measure as zaya bench step
   say(cat("MFU is against this rank's ", gemm.describe()));
   CheckpointWriter checkpoints(run_dir, config.checkpoint.keep, comm);
   std::string last_checkpoint = resume;
+  int64_t saved_step = resume.empty() ? -1 : state.step;  // the step last_checkpoint holds
   auto save = [&](bool wait) {
     last_checkpoint =
         checkpoints.start(take_snapshot(model_config, params, optimizer, balancing, state,
                                         config.data.tokenizer, rank, ranks, expert_group.get()));
+    saved_step = state.step;
     if (wait) checkpoints.finish();
   };
   double flops_per_token = 0;  // of a training step at the stage's sequence length
@@ -470,6 +492,10 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
   std::unique_ptr<ThreadGovernor> governor;
   if (config.run.adapt_threads) governor = std::make_unique<ThreadGovernor>();
   // From here on an error is a failure of the run in progress, not of its input (zaya train's exit codes).
+  // Between steps the state is whole, and an error there (in evaluation, sampling, reading the next batch)
+  // is saved from first: a single process checkpoints before it fails. Across ranks a checkpoint is
+  // collective, and a rank that failed alone cannot take the others with it.
+  bool between_steps = true;
   try {
     std::vector<int32_t> ids, labels;  // [this rank's sequences, seq_len], reused from step to step
     while (true) {
@@ -502,6 +528,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
         model.weights_changed();
       }
       const auto start = Clock::now();
+      between_steps = false;
       const StepReport report = train_step.run(micro_batches, lr_factor);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (inject) {
@@ -524,6 +551,7 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
       state.seconds += seconds;
       state.loader = batch.after;
       state.bad_steps = report.skipped ? state.bad_steps + 1 : 0;
+      between_steps = true;
       const double rate = double(step_tokens) / seconds;
       smoothed_rate = smoothed_rate == 0 ? rate : 0.8 * smoothed_rate + 0.2 * rate;
 
@@ -623,7 +651,14 @@ TrainResult run_training(const TrainConfig& config, const std::string& run_dir, 
     result.checkpoint = last_checkpoint;
     return result;
   } catch (const Error& e) {
-    throw RunFailure(e.what());
+    if (!between_steps || ranks > 1 || saved_step == state.step) throw RunFailure(e.what());
+    try {
+      save(true);
+    } catch (const Error& save_error) {
+      throw RunFailure(cat(e.what(), "; saving a checkpoint first failed too: ", save_error.what()));
+    }
+    if (log) log->flush();
+    throw RunFailure(cat(e.what(), "; the work up to step ", state.step, " is saved in ", last_checkpoint));
   }
 }
 

@@ -33,8 +33,9 @@ struct TrainResult {
   double eval_loss = 0, eval_bits_per_byte = 0;  // the last evaluation (0 without a validation set)
 };
 
+// `force`: train in a run directory that holds files of someone else's (zaya touches only its own).
 TrainResult run_training(const TrainConfig& config, const std::string& run_dir, const std::atomic<bool>& stop,
-                         Communicator& comm);
+                         Communicator& comm, bool force = false);
 
 // The model configuration a run trains: from the [model] section, with the vocabulary and special tokens
 // of the tokenizer and room for the longest stage.

@@ -27,7 +27,11 @@ check "info zaya1-base" 0 "8303355728" -- "$zaya" info --preset zaya1-base
 check "info needs one source" 2 "give a model (--preset, --config, --model) or --train-config" -- "$zaya" info
 check "info bad preset" 1 "unknown preset 'huge'" -- "$zaya" info --preset huge
 check "init" 0 "initialised" -- "$zaya" init --preset tiny --out "$tmp/tiny" --seed 3
-check "init refuses to overwrite" 1 "--force" -- "$zaya" init --preset tiny --out "$tmp/tiny"
+check "init again over its own directory" 0 "initialised" -- "$zaya" init --preset tiny --out "$tmp/tiny" --seed 3
+echo "mine" > "$tmp/tiny/README.md"
+check "init refuses a directory holding a user's file" 1 "README.md that zaya did not write" -- \
+  "$zaya" init --preset tiny --out "$tmp/tiny"
+rm "$tmp/tiny/README.md"
 check "init from a config" 0 "initialised" -- "$zaya" init --config "$fixtures/io/config_transformers.json" --out "$tmp/c"
 check "forward on the transformers fixture" 0 "loss" -- "$zaya" forward --model "$fixtures/model/odd" \
   --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/out.safetensors" --grads
@@ -36,10 +40,47 @@ check "forward without input_ids" 1 "no input_ids" -- "$zaya" forward --model "$
   --input "$fixtures/io/python_written.safetensors" --output "$tmp/x.safetensors"
 check "forward with ids past the vocabulary" 1 "outside the vocabulary" -- "$zaya" forward --model "$fixtures/model/basic" \
   --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/x.safetensors"
+check "forward with an id past the vocabulary: the input and its position" 1 \
+  "reference.safetensors: tensor 'input_ids': token id 67 at [0, 6] is outside the vocabulary of 64" -- "$zaya" forward \
+  --model "$fixtures/model/basic" --input "$fixtures/model/odd/reference.safetensors" --output "$tmp/x.safetensors"
+python3 - "$tmp/long_ids.safetensors" <<'PY'
+import json, struct, sys
+count = 1000000  # one row of a million tokens, past the tiny model's context
+header = json.dumps({"input_ids": {"dtype": "I32", "shape": [1, count], "data_offsets": [0, 4 * count]}}).encode()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header + bytes(4 * count))
+PY
+check "forward on rows longer than the context: refused before the work" 1 \
+  "tensor 'input_ids': rows of 1000000 tokens are longer than the model's context" -- \
+  bash -c 'ulimit -v 2000000; exec "$0" forward --model "$1" --input "$2" --output "$3"' "$zaya" "$tmp/tiny" \
+  "$tmp/long_ids.safetensors" "$tmp/long_out.safetensors"
+: > "$tmp/empty.txt"
+check "tokenizer train on an empty corpus" 1 "field '--input': no text to learn from" -- "$zaya" tokenizer train \
+  --input "$tmp/empty.txt" --vocab-size 300 --output "$tmp/empty_tokenizer.json"
+[ ! -e "$tmp/empty_tokenizer.json" ] && ok "no tokenizer written from an empty corpus" || fail "a tokenizer from nothing"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
+  # As nobody, in a directory nobody may use, with a subdirectory nobody may not read.
+  chmod 755 "$tmp" && mkdir -p "$tmp/shared/corpus/locked" && chmod 777 "$tmp/shared"
+  echo "text" > "$tmp/shared/corpus/a.txt" && chmod 000 "$tmp/shared/corpus/locked"
+  check "an unreadable subdirectory of the input is named" 1 "corpus/locked: cannot list: Permission denied" -- \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$zaya" prepare --tokenizer "$fixtures/tokenizer/byte_level.json" \
+    --input "$tmp/shared/corpus" --output "$tmp/shared/out"
+  check "an unreadable subdirectory of tokenizer train's input is named" 1 "corpus/locked: cannot list" -- \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$zaya" tokenizer train --input "$tmp/shared/corpus" \
+    --vocab-size 300 --output "$tmp/shared/tokenizer.json"
+  chmod 755 "$tmp/shared/corpus/locked" && chmod 700 "$tmp"
+fi
+check "eval --json into a directory that does not exist: refused before scoring" 1 \
+  "field '--json': cannot be written: the directory $tmp/missing_dir does not exist" -- "$zaya" eval --model "$tmp/tiny" \
+  --tokenizer "$fixtures/tokenizer/byte_level.json" --text "$fixtures/eval/text.txt" --json "$tmp/missing_dir/scores.json"
+"$zaya" tokenizer train --input "$fixtures/eval/text.txt" --vocab-size 300 --output "$tmp/tokenizer300.json" > /dev/null
+check "eval reading more at once than the model's context" 1 "field '--max-length': must be at most the model's context" -- \
+  "$zaya" eval --model "$tmp/tiny" --tokenizer "$tmp/tokenizer300.json" --text "$fixtures/eval/text.txt" \
+  --max-length 100000000
 # Outputs never overwrite an input, a model or a checkpoint without --force.
 cp "$fixtures/model/odd/reference.safetensors" "$tmp/in.safetensors"
 cp "$tmp/tiny/model.safetensors" "$tmp/tiny.before"
-check "forward refuses to write over the model" 1 "would overwrite a model or checkpoint" -- "$zaya" forward \
+check "forward refuses to write over the model" 1 "model.safetensors: field '--output': exists" -- "$zaya" forward \
   --model "$tmp/tiny" --input "$tmp/in.safetensors" --output "$tmp/tiny/model.safetensors"
 cmp -s "$tmp/tiny/model.safetensors" "$tmp/tiny.before" && ok "the model is intact" || fail "the model was changed"
 check "forward refuses to write over its input" 1 "would overwrite this command's input" -- "$zaya" forward \

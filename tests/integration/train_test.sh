@@ -43,7 +43,8 @@ bad=""
 for over in none old; do
   for n in $(seq 1 "$commits"); do
     rm -rf "$tmp/kill/run" && mkdir "$tmp/kill/run"
-    [ $over = old ] && for f in "$tmp"/kill/old_*; do cp "$f" "$tmp/kill/run/docs${f##*/old}"; done
+    # Copied with their times: the dataset's record (PREFIX.zaya.json) still describes them, and they stay zaya's.
+    [ $over = old ] && for f in "$tmp"/kill/old_*; do cp -p "$f" "$tmp/kill/run/docs${f##*/old}"; done
     { strace -f -qq -o /dev/null -e trace=rename -e inject=rename:signal=KILL:when=$n \
       "$zaya" prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/corpus" --output "$tmp/kill/run/docs" \
       --val-fraction 0.05 > /dev/null; } 2>/dev/null  # and bash's own "Killed"
@@ -61,7 +62,7 @@ for over in none old; do
 done
 prepare_into "$tmp/corpus" "$tmp/kill/run/docs" > /dev/null 2>&1 && cmp -s "$tmp/kill/run/docs_train.bin" \
   "$tmp/kill/new_train.bin" || bad="$bad rerun"
-[ "$commits" -eq 4 ] && [ -z "$bad" ] && ok "prepare killed at each of its $commits commits: nothing mistakable" \
+[ "$commits" -eq 6 ] && [ -z "$bad" ] && ok "prepare killed at each of its $commits commits: nothing mistakable" \
   || fail "prepare killed at its commits ($commits):$bad"
 
 set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=\"$tmp/docs_val\""
@@ -154,12 +155,70 @@ out=$(train --run-dir "$tmp/h" --set run.device=hip 2>&1)
 [ $? -eq 2 ] && grep -q "field 'run.device'" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] && [ ! -e "$tmp/h/checkpoints" ] \
   && ok "a GPU that is not here: one line naming run.device" || fail "run.device=hip: $out"
 
+# 6b. Everything is checked before the first step, and a late error loses no work.
+# An error between steps (here injected at the start of step 13) writes a checkpoint before the run fails.
+out=$(train --run-dir "$tmp/r" "${short[@]}" --set checkpoint.every_steps=5 --set debug.fail_step=13 2>&1)
+code=$?
+[ $code -eq 1 ] && grep -q "injected failure at step 13.*saved in .*step_12" <<<"$out" && [ -d "$tmp/r/checkpoints/step_12" ] \
+  && ok "an error between steps: a checkpoint of step 12 first, then exit 1" || fail "an error between steps: exit $code: $(tail -2 <<<"$out")"
+# Resuming with a model other than the checkpoint's, or another tokenizer: refused, the field named.
+out=$(train --run-dir "$tmp/r" "${short[@]}" --set model.preset=\"small\" 2>&1)
+[ $? -eq 2 ] && grep -q "hidden_size" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] \
+  && ok "resume with another model: refused naming the field" || fail "resume with another model: $out"
+"$zaya" tokenizer train --input "$tmp/kill/small" --vocab-size 512 --output "$tmp/tokenizer2.json" > /dev/null 2>&1
+out=$(train --run-dir "$tmp/r" "${short[@]}" --set "data.tokenizer=\"$tmp/tokenizer2.json\"" 2>&1)
+[ $? -eq 2 ] && grep -q "data.tokenizer" <<<"$out" && grep -q "tokenizer2.json" <<<"$out" \
+  && ok "resume with another tokenizer: refused" || fail "resume with another tokenizer: $out"
+# What may change between restarts is applied, and logged.
+out=$(train --run-dir "$tmp/r" "${short[@]}" --set optimizer.lr=0.008 2>&1)
+[ $? -eq 0 ] && grep -q "settings changed.*optimizer.lr: 0.01 -> 0.008" <<<"$out" && grep -q '"settings_changed"' "$tmp/r/metrics.jsonl" \
+  && ok "resume with another learning rate: applied and logged" || fail "resume with another lr: $(grep -i settings <<<"$out")"
+# A dataset made with another tokenizer of the same size: refused before the first step, naming both.
+"$zaya" prepare --tokenizer "$tmp/tokenizer2.json" --input "$tmp/kill/small" --output "$tmp/docs2" > /dev/null 2>&1
+out=$(train --run-dir "$tmp/s" --set "stages.0.mixture={\"$tmp/docs2_train\" = 1.0}" 2>&1)
+[ $? -eq 2 ] && grep -q "docs2_train.*tokenizer2.json.*tokenizer.json" <<<"$out" && [ ! -e "$tmp/s/checkpoints" ] \
+  && ok "a dataset of another tokenizer: refused naming both" || fail "a dataset of another tokenizer: $out"
+# A run directory holding someone's files, and no run: refused, nothing written there.
+mkdir -p "$tmp/u" && echo "thesis draft" > "$tmp/u/thesis.tex"
+out=$(train --run-dir "$tmp/u" 2>&1)
+[ $? -eq 2 ] && grep -q "field '--run-dir'.*holds thesis.tex" <<<"$out" && [ "$(ls -A "$tmp/u")" = "thesis.tex" ] \
+  && ok "a run directory with a user's file: refused, untouched" || fail "a run directory with a user's file: $out; $(ls -A "$tmp/u")"
+# A validation set from elsewhere (no record) with ids beyond the model's vocabulary: found before step 1.
+"$zaya" tokenizer train --input "$tmp/corpus" --vocab-size 1024 --output "$tmp/tokenizer3.json" > /dev/null 2>&1
+"$zaya" prepare --tokenizer "$tmp/tokenizer3.json" --input "$tmp/kill/small" --output "$tmp/docs3" > /dev/null 2>&1
+rm "$tmp/docs3_train.zaya.json"
+out=$(train --run-dir "$tmp/v" --set "data.validation=\"$tmp/docs3_train\"" 2>&1)
+[ $? -eq 2 ] && grep -q "docs3_train.*outside the .*vocabulary" <<<"$out" && [ ! -e "$tmp/v/checkpoints" ] \
+  && ok "a validation set beyond the vocabulary: refused before step 1" || fail "a validation set beyond the vocabulary: $out"
+
 # 7. Export and generation.
 "$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" > /dev/null 2>&1 && [ -f "$tmp/model/tokenizer.json" ] \
   && ok "export" || fail "export"
+"$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" > /dev/null 2>&1 && ok "export again over its own export" \
+  || fail "export over its own export"
+# What zaya did not write is never deleted or replaced: a user's file refuses the directory (kept with
+# --force), and a sharded model of someone else's (shards and index, no config.json) is refused even with
+# --force, every file intact.
+echo "my notes" > "$tmp/model/NOTES.md"
 out=$("$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" 2>&1)
-[ $? -eq 1 ] && grep -q "would overwrite a model" <<<"$out" && ok "export refuses to overwrite a model" \
-  || fail "export over a model: $out"
+[ $? -eq 1 ] && grep -q "NOTES.md that zaya did not write.*--force" <<<"$out" && ok "export refuses a directory with a user's file" \
+  || fail "export over a user's file: $out"
+"$zaya" export --checkpoint "$tmp/a" --out "$tmp/model" --force > /dev/null 2>&1 && [ "$(cat "$tmp/model/NOTES.md")" = "my notes" ] \
+  && ok "export --force keeps the user's file" || fail "export --force: $(ls "$tmp/model")"
+mkdir -p "$tmp/sharded"
+for i in 1 2 3; do head -c 1000 /dev/urandom > "$tmp/sharded/model-0000$i-of-00003.safetensors"; done
+echo '{"weight_map": {}}' > "$tmp/sharded/model.safetensors.index.json"
+(cd "$tmp/sharded" && sha256sum -- * > "$tmp/sharded.sums")
+for force in "" --force; do
+  out=$("$zaya" export --checkpoint "$tmp/a" --out "$tmp/sharded" $force 2>&1)
+  [ $? -eq 1 ] && grep -q "did not write" <<<"$out" && (cd "$tmp/sharded" && sha256sum -c --quiet "$tmp/sharded.sums") \
+    && [ "$(ls "$tmp/sharded" | wc -l)" -eq 4 ] && ok "export ${force:-without --force} over a sharded model of someone else's: refused, all kept" \
+    || fail "export $force over a sharded model: $out; $(ls -a "$tmp/sharded")"
+done
+mkdir -p "$tmp/init" && echo '{"mine": true}' > "$tmp/init/tokenizer.json"
+out=$("$zaya" init --preset tiny --out "$tmp/init" --tokenizer "$tmp/tokenizer.json" 2>&1)
+[ $? -eq 1 ] && grep -q "tokenizer.json that zaya did not write" <<<"$out" && [ "$(cat "$tmp/init/tokenizer.json")" = '{"mine": true}' ] \
+  && ok "init refuses to replace a user's tokenizer.json" || fail "init over a user's tokenizer.json: $out"
 step_dir=$(ls -d "$tmp"/a/checkpoints/step_* | sort -t_ -k2 -n | tail -1)
 out=$("$zaya" export --checkpoint "$step_dir" --out "$step_dir" 2>&1)
 [ $? -eq 1 ] && grep -q "would overwrite" <<<"$out" && ok "export refuses to write over its checkpoint" \
@@ -201,6 +260,9 @@ fi
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 1000000000000000000 2>&1)
 [ $? -eq 1 ] && grep -q "more than the model's context" <<<"$out" && ok "generate past the model's context: an error" \
   || fail "generate past the context: $out"
+out=$("$zaya" generate --model "$tmp/model" --prompt "$(yes "The function returns" | head -3000 | tr '\n' ' ')" --max-new-tokens 1 2>&1)
+[ $? -eq 1 ] && grep -q "field '--prompt': the prompt is .* tokens; the model's context" <<<"$out" \
+  && ok "generate with a prompt past the context: the prompt is blamed" || fail "generate with a long prompt: $out"
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 2>&1)
 [ $? -eq 0 ] && [ ${#out} -gt 4 ] && ok "generate: $(tr '\n' ' ' <<<"$out")" || fail "generate: $out"
 out=$("$zaya" generate --model "$tmp/model" --prompt "The " --max-new-tokens 12 --seed 1 --precision bf16 2>&1)

@@ -97,7 +97,7 @@ TEST(Checkpoint, RoundTripsEverythingExactly) {
   EXPECT_EQ(back.state.bad_steps, 2);
   // The run's precision, which precision "auto" resumes with, read alone too.
   EXPECT_EQ(back.state.precision, "bf16");
-  EXPECT_EQ(recorded_precision(found), "bf16");
+  EXPECT_EQ(read_trainer_state(found).precision, "bf16");
   EXPECT_EQ(back.config.hidden_size, saved.config.hidden_size);
   // The checkpoint is a model directory transformers' layout: load_model reads it as one.
   EXPECT_EQ(load_model(found).params->table().total_floats(), saved.params.table().total_floats());
@@ -113,13 +113,13 @@ TEST(Checkpoint, RecordsThePrecisionOfTheRun) {
   write_checkpoint(take_snapshot(saved.config, saved.params, saved.optimizer, saved.balancing, state, ""),
                    dir.path(), 3);
   const std::string found = find_checkpoint(dir.path());
-  EXPECT_EQ(recorded_precision(found), "");
+  EXPECT_EQ(read_trainer_state(found).precision, "");
   const std::string path = found + "/trainer_state.json";
   std::string text = test::read_bytes(path);
   text.insert(text.find('{') + 1, "\"precision\": \"fp16\",");
   test::write_bytes(path, text);
   try {
-    recorded_precision(found);
+    read_trainer_state(found);
     ADD_FAILURE() << "fp16 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("field 'precision'"), std::string::npos) << e.what();

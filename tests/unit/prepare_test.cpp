@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/bpe_trainer.h"
+#include "data/dataset_provenance.h"
 #include "data/indexed_dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -88,6 +89,69 @@ TEST_F(PrepareTest, BadInputLeavesNothingBehind) {
   bad = options(0);
   bad.eos_token = "<nope>";
   EXPECT_THROW(prepare_dataset(bad, {}), Error);
+}
+
+// A dataset knows its tokenizer: a run with another tokenizer of the same size is refused, naming both; a
+// dataset from elsewhere (no record) is read whole and its ids checked against the vocabulary.
+TEST_F(PrepareTest, ADatasetRecordsItsTokenizerAndARunWithAnotherIsRefused) {
+  const PrepareReport report = prepare_dataset(options(0), {});
+  const Tokenizer tokenizer = Tokenizer::load(dir_.file("tokenizer.json"));
+  const std::optional<DatasetProvenance> p = read_dataset_provenance(report.train_prefix);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tokenizer_fingerprint, tokenizer.fingerprint());
+  EXPECT_EQ(p->tokens, report.train_tokens);
+  EXPECT_EQ(check_dataset(report.train_prefix, tokenizer, "tok.json", 300, 1 << 20), "");
+
+  // Another tokenizer of the same vocabulary size: trained on other text.
+  std::string other_text;
+  for (int i = 0; i < 200; ++i)
+    other_text += "Quite another corpus: alpha beta gamma delta epsilon " + std::to_string(i * 7919) + "\n";
+  test::write_bytes(dir_.file("other.txt"), other_text);
+  BpeTrainOptions other_options;
+  other_options.vocab_size = 300;
+  train_byte_level_bpe({dir_.file("other.txt")}, other_options, dir_.file("other.json"));
+  const Tokenizer other = Tokenizer::load(dir_.file("other.json"));
+  ASSERT_EQ(other.vocab_size(), tokenizer.vocab_size());
+  ASSERT_NE(other.fingerprint(), tokenizer.fingerprint());
+  try {
+    check_dataset(report.train_prefix, other, dir_.file("other.json"), 300, 1 << 20);
+    FAIL() << "a dataset of another tokenizer was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(dir_.file("tokenizer.json")), std::string::npos) << message;
+    EXPECT_NE(message.find(dir_.file("other.json")), std::string::npos) << message;
+    EXPECT_NE(message.find(report.train_prefix), std::string::npos) << message;
+  }
+  // A model vocabulary smaller than the dataset's largest id.
+  EXPECT_THROW(check_dataset(report.train_prefix, tokenizer, "tok.json", p->max_token_id, 1 << 20), Error);
+}
+
+TEST_F(PrepareTest, ADatasetWithoutARecordIsReadWholeAgainstTheVocabulary) {
+  const std::string prefix = dir_.file("foreign");
+  {
+    IndexedDatasetWriter writer(prefix, TokenDType::UInt16);
+    const int32_t document[] = {5, 17, 299, 2};
+    writer.add_document(document, 4);
+    writer.finish();
+  }
+  const Tokenizer tokenizer = Tokenizer::load(dir_.file("tokenizer.json"));
+  EXPECT_FALSE(read_dataset_provenance(prefix).has_value());
+  EXPECT_NE(check_dataset(prefix, tokenizer, "tok.json", 300, 1 << 20).find("no record"), std::string::npos);
+  try {
+    check_dataset(prefix, tokenizer, "tok.json", 299, 1 << 20);
+    FAIL() << "token 299 fits no vocabulary of 299";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("299"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PrepareTest, ARecordOfADatasetChangedSinceIsNotTrusted) {
+  const PrepareReport report = prepare_dataset(options(0), {});
+  ASSERT_TRUE(read_dataset_provenance(report.train_prefix).has_value());
+  std::string bin = test::read_bytes(report.train_prefix + ".bin");
+  bin[0] = char(bin[0] ^ 1);
+  test::write_bytes(report.train_prefix + ".bin", bin + "xx");
+  EXPECT_FALSE(read_dataset_provenance(report.train_prefix).has_value());
 }
 
 }  // namespace

@@ -277,11 +277,16 @@ TEST(WeightSet, WritesOneFileOrShardsAndReadsThemBack) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("model.safetensors")));
   EXPECT_EQ(WeightSet(dir.path()).names().size(), 5u);
 
-  // 400-byte tensors, 900-byte shards: two tensors per shard, three shards; the single file is removed.
+  // 400-byte tensors, 900-byte shards: two tensors per shard, three shards, and the index; the names are
+  // the ones weight_file_names gives. Nothing else is touched (what to remove is OutputDirectory's call).
+  TempDir shards;
+  const std::vector<std::string> written = write_weight_set(shards.path(), tensors, 900, {{"format", "pt"}});
+  EXPECT_EQ(written, weight_file_names({400, 400, 400, 400, 400}, 900));
+  EXPECT_EQ(written.size(), 4u);
   write_weight_set(dir.path(), tensors, 900, {{"format", "pt"}});
-  EXPECT_FALSE(std::filesystem::exists(dir.file("model.safetensors")));
-  EXPECT_TRUE(std::filesystem::exists(dir.file("model-00003-of-00003.safetensors")));
-  const WeightSet sharded(dir.path());
+  EXPECT_TRUE(std::filesystem::exists(dir.file("model.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(shards.file("model-00003-of-00003.safetensors")));
+  const WeightSet sharded(shards.path());
   ASSERT_EQ(sharded.names().size(), 5u);
   const auto found = sharded.find("t4");
   float value;
