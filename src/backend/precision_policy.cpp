@@ -10,6 +10,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 
 namespace zaya {
 
@@ -52,6 +53,9 @@ double seconds_of(Ops& ops, const ProductShape& s, ProbeOperands& x, Precision p
 }  // namespace
 
 PrecisionRates measure_precision_rates(Ops& ops, const std::vector<ProductShape>& shapes, double seconds) {
+  // On one thread: the ratio of the two paths is a property of a core, and one busy core of the machine then
+  // leaves the other to measure on, instead of stalling every product of a measurement split over both.
+  const ThreadCountScope one_thread(1);
   std::vector<ProbeOperands> operands;
   double flops = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {

@@ -29,8 +29,9 @@ struct PrecisionRates {
 inline constexpr double kBf16Margin = 1.2;
 Precision choose_precision(const PrecisionRates& rates);
 
-// Times each shape in both precisions, alternating, for about `seconds` in all (at least 3 rounds): each
-// shape's fastest time counts. bf16 gets bf16 operands, as a bf16 run's weights and rounded inputs are.
+// Times each shape in both precisions on one thread, alternating, for about `seconds` in all (at least 3
+// rounds): each shape's fastest time counts. bf16 gets bf16 operands, as a bf16 run's weights and rounded
+// inputs are.
 PrecisionRates measure_precision_rates(Ops& ops, const std::vector<ProductShape>& shapes,
                                        double seconds = 0.5);
 
