@@ -17,7 +17,6 @@ packages=(
   zlib1g-dev libzstd-dev
   libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
-  libcpp-httplib-dev    # the HTTP server of zaya serve
   curl                  # the client of the serve test
   iproute2              # network namespaces: the hosts of the hosts test
   munge slurmctld slurmd slurm-client  # a Slurm cluster of our own for the slurm test (its daemons start
