@@ -8,7 +8,6 @@ import json
 import os
 import random
 import socket
-import string
 import sys
 import time
 
@@ -122,8 +121,9 @@ def flood(port, count, pid=None):
             if i % 1000 == 0:
                 path = "/x%22%7D%200%0Azaya_injected%7Bendpoint%3D%22a%22%7D%201%0A"
             else:
-                path = "/" + "".join(rng.choice(string.ascii_letters) for _ in range(40))
-            request = f"GET {path} HTTP/1.1\r\nHost: x\r\n{AUTH if i % 2 else ''}\r\n".encode()
+                # Long paths: a server that kept each would grow by kilobytes a request.
+                path = "/" + format(rng.getrandbits(8000), "02000x")
+            request = f"GET {path} HTTP/1.1\r\nHost: x\r\n{AUTH if i % 4 == 0 else ''}\r\n".encode()
             try:
                 s.sendall(request)
                 status, _, rest = read_response(s, rest)
