@@ -50,7 +50,7 @@ What it does
   position the chosen token's log-probability (and its text where it prints).
 
   Note: the openai client keeps its connection alive, and each non-streamed request then pays a ~40 ms
-  delayed-ACK stall if the server's socket does not set TCP_NODELAY (cpp-httplib's default); it is in the
+  delayed-ACK stall if the server's socket does not set TCP_NODELAY (many HTTP libraries' default; zaya sets it); it is in the
   single-stream walls, not in the decode-only figures (it cancels in wall(N) - wall(1)).
 """
 

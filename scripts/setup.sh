@@ -17,8 +17,8 @@ packages=(
   zlib1g-dev libzstd-dev
   libonig-dev           # Oniguruma: the regex engine of Hugging Face tokenizers' pre-tokenizers
   libutf8proc-dev       # Unicode normalisation (NFC, NFKC) and categories for tokenizers
-  libcpp-httplib-dev    # the HTTP server of zaya serve
   curl                  # the client of the serve test
+  slowhttptest          # slowloris and slow-body clients against zaya serve (tests/integration/serve_hostile_test.sh)
   iproute2              # network namespaces: the hosts of the hosts test
   munge slurmctld slurmd slurm-client  # a Slurm cluster of our own for the slurm test (its daemons start
                         # only where /etc/slurm/slurm.conf exists; the test runs its own)

@@ -8,5 +8,7 @@ namespace zaya::cli {
 
 const CLI::Validator& positive();      // > 0
 const CLI::Validator& non_negative();  // >= 0
+// A finite number in [low, high] (inf and nan are refused: a deadline of inf seconds overflows).
+CLI::Validator in_range(double low, double high);
 
 }  // namespace zaya::cli

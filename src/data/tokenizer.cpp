@@ -252,6 +252,17 @@ int64_t Tokenizer::vocab_size() const {
   return std::max<int64_t>(impl_->model->max_id(), largest_added) + 1;
 }
 
+int64_t Tokenizer::max_token_bytes() const {
+  size_t longest = 0;
+  const int64_t vocab = vocab_size();
+  for (int64_t id = 0; id < vocab; ++id) {
+    const std::string* token = impl_->added.decoded(int32_t(id));
+    if (!token) token = impl_->model->id_to_token(int32_t(id));
+    if (token) longest = std::max(longest, token->size());
+  }
+  return int64_t(longest);
+}
+
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (const auto id = impl_->added.id_of(token)) return id;
   return impl_->model->token_to_id(token);

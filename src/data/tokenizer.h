@@ -56,6 +56,11 @@ class Tokenizer {
   // What the tokenizer does, as a hash ("fnv1a64:<16 hex digits>"): of its JSON with the keys in order, its
   // vocabulary and its merges, so that two files differing only in layout agree. Datasets and runs record it.
   const std::string& fingerprint() const;
+  // The longest token string in bytes, added tokens included: at least the bytes of text one token stands
+  // for (a byte-level token's string is as long as its bytes or longer, a SentencePiece one's "▁" 3 bytes
+  // for 1), unless a normalizer shortens the text first (NFC, Replace) or an lstrip/rstrip added token takes
+  // the whitespace beside it. A server bounds a prompt's text with it before tokenizing.
+  int64_t max_token_bytes() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token string of an id (for an added token with normalized=true, its normalized form, as tokenizers'
   // id_to_token).

@@ -6,11 +6,34 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "io/json_input.h"
+#include "serve/http_response.h"
 
 namespace zaya {
 
 ApiError bad_request(std::string message, std::string param) {
   return ApiError(400, "invalid_request_error", std::move(message), std::move(param));
+}
+
+void write_api_error(ResponseWriter& writer, const ApiError& error) {
+  const nlohmann::json body = {
+      {"error",
+       {{"message", error.what()},
+        {"type", error.type},
+        {"param", error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param)},
+        {"code", nullptr}}}};
+  writer.whole(error.status, "application/json", dump_json(body));
+}
+
+std::string dump_json(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void check_prompt_bytes(std::string_view text, const RequestLimits& limits) {
+  if (limits.max_prompt_bytes > 0 && int64_t(text.size()) > limits.max_prompt_bytes) {
+    throw bad_request(cat("the prompt's ", text.size(), " bytes cannot fit this model's context of ",
+                          limits.context, " tokens (at most ", limits.max_prompt_bytes, " bytes of text)"),
+                      "prompt");
+  }
 }
 
 std::vector<int32_t> parse_token_ids(const nlohmann::json& list, int64_t vocab, const char* field) {
@@ -69,6 +92,7 @@ bool boolean(const json& value, const char* field) {
 void read_prompts(const json& prompt, const Tokenizer& tokenizer, const RequestLimits& limits,
                   CompletionRequest& out) {
   auto add_text = [&](const std::string& text) {
+    check_prompt_bytes(text, limits);
     try {
       out.prompts.push_back(tokenizer.encode(text));
     } catch (const Error& e) {
@@ -85,6 +109,12 @@ void read_prompts(const json& prompt, const Tokenizer& tokenizer, const RequestL
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
     add_ids(prompt);
   } else if (prompt.is_array() && !prompt.empty()) {
+    // Each is tokenized: their count is bounded before (the choices' bound, checked again with n below).
+    if (int64_t(prompt.size()) > limits.max_choices) {
+      throw bad_request(cat("the request gives ", prompt.size(), " prompts; this server makes at most ",
+                            limits.max_choices, " completions at once"),
+                        "prompt");
+    }
     for (const json& each : prompt) {
       if (each.is_string()) {
         add_text(each.get<std::string>());

@@ -31,6 +31,16 @@ struct ApiError : std::runtime_error {
 // An invalid_request_error (400) about `param`.
 ApiError bad_request(std::string message, std::string param = "");
 
+class ResponseWriter;
+// The error as OpenAI's error object {"error": {"message", "type", "param", "code"}}, a whole response.
+void write_api_error(ResponseWriter& writer, const ApiError& error);
+// JSON text for a response: pieces of a UTF-8 character (a token's own text) are replaced, never an error.
+std::string dump_json(const nlohmann::json& value);
+
+// A prompt text over limits.max_prompt_bytes: ApiError 400 naming "prompt".
+struct RequestLimits;
+void check_prompt_bytes(std::string_view text, const RequestLimits& limits);
+
 // A request body as a JSON object (nesting bounded as every JSON zaya reads); ApiError 400 otherwise.
 nlohmann::json parse_request_body(std::string_view body);
 // The request's `field` as token ids below vocab; ApiError 400 naming the field otherwise.
@@ -54,6 +64,9 @@ struct RequestLimits {
   int64_t context = 0;       // prompt + max_tokens at most this (the model's max_position_embeddings)
   int64_t vocab = 0;         // token ids below this
   int64_t max_choices = 64;  // prompts x n
+  // A prompt text longer than this cannot fit the context (context x the tokenizer's longest token): it is
+  // refused before it is tokenized. 0: no bound.
+  int64_t max_prompt_bytes = 0;
 };
 
 // Throws ApiError.

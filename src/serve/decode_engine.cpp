@@ -18,12 +18,21 @@ std::optional<SequenceEvent> Sequence::next_event(std::chrono::steady_clock::tim
   return event;
 }
 
+std::optional<SequenceEvent> Sequence::try_next_event() {
+  std::lock_guard lock(mutex_);
+  if (events_.empty()) return std::nullopt;
+  SequenceEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
 void Sequence::post(SequenceEvent event) {
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));
   }
   ready_.notify_all();
+  if (on_event_) on_event_();
 }
 
 struct DecodeEngine::Running {

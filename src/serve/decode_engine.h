@@ -2,7 +2,7 @@
 // Continuous batching for zaya serve: one thread owns the model and advances every running sequence by one
 // token per step, all of them in one decode_batch; new sequences join between steps (after a prefill of
 // their prompts), and a finished or cancelled one leaves, so requests never wait for each other to end.
-// Request threads submit sequences and read their events; the engine never blocks on them.
+// The HTTP side submits sequences and reads their events; the engine never blocks on it.
 //
 // The engine runs on the thread that calls run(), which should be the one that loaded the model: OpenMP
 // keeps a pool of worker threads per thread that ran a parallel region, and a second pool (a loop on a new
@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,14 +52,19 @@ struct SequenceRequest {
   std::chrono::steady_clock::time_point deadline;
 };
 
-// One sequence's mailbox between the engine and the request thread that reads it.
+// One sequence's mailbox between the engine and the request side that reads it.
 class Sequence {
  public:
-  explicit Sequence(SequenceRequest request) : request_(std::move(request)) {}
+  // on_event, when given, runs on the engine's thread after each event is posted (outside the mailbox's
+  // lock): it tells a reader that waits on something else (an event loop) to look.
+  explicit Sequence(SequenceRequest request, std::function<void()> on_event = {})
+      : request_(std::move(request)), on_event_(std::move(on_event)) {}
   const SequenceRequest& request() const { return request_; }
 
   // Request side: the next event, or nullopt when none came before `until`.
   std::optional<SequenceEvent> next_event(std::chrono::steady_clock::time_point until);
+  // Request side: the next event if one is waiting.
+  std::optional<SequenceEvent> try_next_event();
   // Request side: the client left, or the text reached a stop string; the engine drops it before its next
   // step.
   void cancel() { cancelled_ = true; }
@@ -69,6 +75,7 @@ class Sequence {
 
  private:
   SequenceRequest request_;
+  std::function<void()> on_event_;
   std::atomic<bool> cancelled_{false};
   std::mutex mutex_;
   std::condition_variable ready_;

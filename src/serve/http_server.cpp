@@ -1,8 +1,6 @@
 #include "serve/http_server.h"
 
-#include <httplib.h>
-
-#include <atomic>
+#include <array>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -13,8 +11,8 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/zaya_model.h"
-#include "serve/completion_choice.h"
 #include "serve/completion_request.h"
+#include "serve/completion_response.h"
 #include "serve/decode_engine.h"
 
 namespace zaya {
@@ -24,35 +22,30 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Responses may hold pieces of a UTF-8 character (a token's own text); they are replaced, never an error.
-std::string dump(const json& value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+// The label of each request in /metrics: a known endpoint, or "other" for every other path. The set is
+// fixed, so that no request can grow the server's memory or write its own text into /metrics.
+constexpr std::array<std::string_view, 8> kEndpoints = {"/v1/completions", "/v1/models", "/health",
+                                                        "/metrics",        "/tokenize",  "/detokenize",
+                                                        "/tokenizer_info", "other"};
+
+size_t endpoint_index(std::string_view path) {
+  for (size_t i = 0; i + 1 < kEndpoints.size(); ++i)
+    if (kEndpoints[i] == path) return i;
+  return kEndpoints.size() - 1;
 }
 
-void send_json(httplib::Response& response, int status, const json& body) {
-  response.status = status;
-  response.set_content(dump(body), "application/json");
-}
-
-void send_error(httplib::Response& response, const ApiError& error) {
-  send_json(response, error.status,
-            {{"error",
-              {{"message", error.what()},
-               {"type", error.type},
-               {"param", error.param.empty() ? json(nullptr) : json(error.param)},
-               {"code", nullptr}}}});
-}
-
-// Latency summaries and request counts for /metrics.
+// Latency summaries and request counts for /metrics (the loop's thread writes them, /metrics reads them
+// there too; the lock keeps them whole should that change).
 struct Metrics {
   std::mutex mutex;
-  std::map<std::pair<std::string, int>, int64_t> requests;  // (endpoint, status) -> count
+  // Per endpoint, count by status (statuses are the few this server sends).
+  std::array<std::map<int, int64_t>, kEndpoints.size()> requests;
   double latency_sum = 0, first_token_sum = 0;
   int64_t latency_count = 0, first_token_count = 0;
 
-  void request(const std::string& path, int status) {
+  void request(std::string_view path, int status) {
     std::lock_guard lock(mutex);
-    ++requests[{path, status}];
+    ++requests[endpoint_index(path)][status];
   }
   void completion(double latency_s, double first_token_s) {
     std::lock_guard lock(mutex);
@@ -65,45 +58,128 @@ struct Metrics {
   }
 };
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+void send_json(ResponseWriter& writer, int status, const json& body) {
+  writer.whole(status, "application/json", dump_json(body));
 }
 
 }  // namespace
 
-struct HttpServer::State {
+struct HttpServer::State final : HttpApplication {
   State(ZayaModel& model, const Tokenizer& tokenizer, ServeOptions options)
       : tokenizer(tokenizer),
         options(std::move(options)),
-        limits{this->options.context, model.params().dims().vocab, this->options.max_queued},
-        engine(model, {this->options.max_running, this->options.max_queued}) {}
+        limits{this->options.context, model.params().dims().vocab, this->options.max_queued,
+               this->options.context * tokenizer.max_token_bytes()},
+        engine(model, {this->options.max_running, this->options.max_queued}),
+        loop(*this, this->options.connections) {}
 
   const Tokenizer& tokenizer;
   const ServeOptions options;
   const RequestLimits limits;
   DecodeEngine engine;
-  httplib::Server http;
+  HttpLoop loop;
   Metrics metrics;
-  std::atomic<uint64_t> next_id{1};
+  uint64_t next_id = 1;
   std::mt19937_64 seeds{std::random_device{}()};
-  std::mutex seeds_mutex;
 
-  void routes();
+  std::unique_ptr<PendingResponse> handle(const HttpRequest& request, ResponseWriter& writer) override;
+  void refuse(int status, const std::string& message, ResponseWriter& writer) override;
+  void answered(const std::string& path, int status) override { metrics.request(path, status); }
+
+  std::unique_ptr<PendingResponse> route(const HttpRequest& request, ResponseWriter& writer);
+  std::unique_ptr<PendingResponse> completions(const HttpRequest& request);
+  void tokenize(const HttpRequest& request, ResponseWriter& writer);
   std::string metrics_text();
   json tokenizer_info() const;
-  void completions(const httplib::Request& request, httplib::Response& response);
-  json usage(const CompletionRequest& request, int64_t completion_tokens) const;
   std::vector<std::shared_ptr<Sequence>> sequences_for(const CompletionRequest& request);
 };
 
-std::vector<std::shared_ptr<Sequence>> HttpServer::State::sequences_for(const CompletionRequest& request) {
-  uint64_t seed = 0;
-  if (request.seed) {
-    seed = *request.seed;
-  } else {
-    std::lock_guard lock(seeds_mutex);
-    seed = seeds();
+void HttpServer::State::refuse(int status, const std::string& message, ResponseWriter& writer) {
+  const char* type = status == 503 ? "server_busy" : status >= 500 ? "server_error" : "invalid_request_error";
+  write_api_error(writer, ApiError(status, type, message));
+}
+
+std::unique_ptr<PendingResponse> HttpServer::State::handle(const HttpRequest& request,
+                                                           ResponseWriter& writer) {
+  try {
+    // Authentication before routing: without the key, no path says whether it exists.
+    if (!options.api_key.empty() && request.path != "/health") {
+      const std::string* authorization = request.header("authorization");
+      if (!authorization || *authorization != "Bearer " + options.api_key)
+        throw ApiError(401, "authentication_error", "a valid 'Authorization: Bearer <key>' is needed");
+    }
+    return route(request, writer);
+  } catch (const ApiError& e) {
+    write_api_error(writer, e);
+  } catch (const std::bad_alloc&) {
+    write_api_error(writer, ApiError(500, "server_error", "out of memory"));
   }
+  return nullptr;
+}
+
+std::unique_ptr<PendingResponse> HttpServer::State::route(const HttpRequest& request,
+                                                          ResponseWriter& writer) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET", post = request.method == "POST";
+  auto need = [&](bool right, const char* method) {
+    if (!right) throw ApiError(405, "invalid_request_error", cat(path, " takes ", method));
+  };
+  if (path == "/v1/completions") {
+    need(post, "POST");
+    return completions(request);
+  }
+  if (path == "/health") {
+    need(get, "GET");
+    send_json(writer, 200, {{"status", "ok"}});
+  } else if (path == "/metrics") {
+    need(get, "GET");
+    writer.whole(200, "text/plain; version=0.0.4", metrics_text());
+  } else if (path == "/v1/models") {
+    need(get, "GET");
+    const json model = {{"id", options.model_name},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "zaya"},
+                        {"max_model_len", options.context}};
+    send_json(writer, 200, {{"object", "list"}, {"data", json::array({model})}});
+  } else if (path == "/tokenize") {
+    need(post, "POST");
+    tokenize(request, writer);
+  } else if (path == "/detokenize") {
+    need(post, "POST");
+    const json body = parse_request_body(request.body);
+    const std::vector<int32_t> ids = parse_token_ids(body.value("tokens", json()), limits.vocab, "tokens");
+    send_json(writer, 200, {{"prompt", tokenizer.decode(ids)}});
+  } else if (path == "/tokenizer_info") {
+    need(get, "GET");
+    send_json(writer, 200, tokenizer_info());
+  } else {
+    throw ApiError(404, "invalid_request_error", "no such endpoint");
+  }
+  return nullptr;
+}
+
+void HttpServer::State::tokenize(const HttpRequest& request, ResponseWriter& writer) {
+  const json body = parse_request_body(request.body);
+  const auto prompt = body.find("prompt");
+  if (prompt == body.end() || !prompt->is_string()) throw bad_request("'prompt' must be a string", "prompt");
+  const std::string& text = prompt->get_ref<const std::string&>();
+  check_prompt_bytes(text, limits);
+  std::vector<int32_t> ids;
+  try {
+    ids = tokenizer.encode(text);
+  } catch (const Error& e) {
+    throw bad_request(e.message(), "prompt");
+  }
+  json strings = json::array();
+  for (int32_t id : ids) strings.push_back(tokenizer.id_to_token(id).value_or(""));
+  send_json(
+      writer, 200,
+      {{"count", ids.size()}, {"max_model_len", options.context}, {"tokens", ids}, {"token_strs", strings}});
+}
+
+std::vector<std::shared_ptr<Sequence>> HttpServer::State::sequences_for(const CompletionRequest& request) {
+  const uint64_t seed = request.seed ? *request.seed : seeds();
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(options.request_timeout_s));
   std::vector<std::shared_ptr<Sequence>> sequences;
@@ -119,126 +195,31 @@ std::vector<std::shared_ptr<Sequence>> HttpServer::State::sequences_for(const Co
       s.score_prompt = request.echo && request.logprobs.has_value();
       s.stop_token = tokenizer.eos_id();
       s.deadline = deadline;
-      sequences.push_back(std::make_shared<Sequence>(std::move(s)));
+      // Each event wakes the loop, which pumps the responses that wait.
+      sequences.push_back(std::make_shared<Sequence>(std::move(s), [this] { loop.wake(); }));
     }
   }
   return sequences;
 }
 
-json HttpServer::State::usage(const CompletionRequest& request, int64_t completion_tokens) const {
-  int64_t prompt_tokens = 0;
-  for (const std::vector<int32_t>& prompt : request.prompts) prompt_tokens += int64_t(prompt.size());
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
-void HttpServer::State::completions(const httplib::Request& http_request, httplib::Response& response) {
+std::unique_ptr<PendingResponse> HttpServer::State::completions(const HttpRequest& http_request) {
   const Clock::time_point start = Clock::now();
-  auto request = std::make_shared<const CompletionRequest>(
+  auto request = std::make_unique<const CompletionRequest>(
       parse_completion_request(http_request.body, tokenizer, limits));
-  auto sequences = std::make_shared<std::vector<std::shared_ptr<Sequence>>>(sequences_for(*request));
-  if (!engine.submit(*sequences))
+  std::vector<std::shared_ptr<Sequence>> sequences = sequences_for(*request);
+  if (!engine.submit(sequences))
     throw ApiError(503, "server_busy", "the server's queue is full; retry later");
-  const std::string id = "cmpl-" + std::to_string(next_id++);
-  const int64_t created =
+  CompletionInfo info;
+  info.id = "cmpl-" + std::to_string(next_id++);
+  info.created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  // The engine ends every sequence by its deadline; this margin only guards against an engine that stalls.
-  const Clock::time_point give_up = sequences->front()->request().deadline + std::chrono::seconds(30);
-  auto choices = std::make_shared<std::vector<CompletionChoice>>();
-  for (size_t i = 0; i < sequences->size(); ++i)
-    choices->emplace_back(tokenizer, *request, i / size_t(request->n), int64_t(i));
-  auto cancel_all = [sequences] {
-    for (const std::shared_ptr<Sequence>& sequence : *sequences) sequence->cancel();
-  };
-
-  if (!request->stream) {
-    double first_token = -1;
-    for (size_t i = 0; i < sequences->size(); ++i) {
-      while (true) {
-        const std::optional<SequenceEvent> event = (*sequences)[i]->next_event(give_up);
-        if (!event) {
-          cancel_all();
-          throw ApiError(504, "timeout", "the model did not answer in time");
-        }
-        if (first_token < 0 && event->kind == SequenceEvent::Kind::Token) first_token = seconds_since(start);
-        if (!(*choices)[i].apply(*event)) break;
-      }
-      (*sequences)[i]->cancel();  // ended here (a stop string): the engine drops it
-      if ((*choices)[i].failed()) {
-        cancel_all();
-        throw ApiError(500, "server_error", (*choices)[i].error());
-      }
-    }
-    json body = {
-        {"id", id}, {"object", "text_completion"}, {"created", created}, {"model", options.model_name}};
-    body["choices"] = json::array();
-    int64_t completion_tokens = 0;
-    for (const CompletionChoice& choice : *choices) {
-      body["choices"].push_back(choice.whole());
-      completion_tokens += choice.completion_tokens();
-    }
-    body["usage"] = usage(*request, completion_tokens);
-    send_json(response, 200, body);
-    metrics.completion(seconds_since(start), first_token);
-    return;
-  }
-
-  // Streaming: one event per token of each choice in turn (the engine decodes them together; their events
-  // wait in their mailboxes), then "data: [DONE]". A write that fails means the client left: every
-  // sequence of the request is cancelled at once.
-  auto current = std::make_shared<size_t>(0);
-  auto first_token = std::make_shared<double>(-1);
-  auto chunk = [=, this](const json& choice) {
-    return "data: " +
-           dump({{"id", id},
-                 {"object", "text_completion"},
-                 {"created", created},
-                 {"model", options.model_name},
-                 {"choices", json::array({choice})}}) +
-           "\n\n";
-  };
-  response.status = 200;
-  // The provider runs after this function returns: it holds the request too, which the choices refer to.
-  response.set_chunked_content_provider(
-      "text/event-stream",
-      [this, request, sequences, choices, current, first_token, chunk, cancel_all, give_up, start](
-          size_t, httplib::DataSink& sink) {
-        if (*current == sequences->size()) {
-          const std::string done = "data: [DONE]\n\n";
-          if (sink.write(done.data(), done.size())) sink.done();
-          metrics.completion(seconds_since(start), *first_token);
-          return true;
-        }
-        const size_t i = *current;
-        CompletionChoice& choice = (*choices)[i];
-        const std::optional<SequenceEvent> event = (*sequences)[i]->next_event(give_up);
-        if (!event) {
-          cancel_all();
-          return false;
-        }
-        if (*first_token < 0 && event->kind == SequenceEvent::Kind::Token)
-          *first_token = seconds_since(start);
-        const bool more = choice.apply(*event);
-        std::string out;
-        if (!more && choice.failed()) {
-          out =
-              "data: " + dump({{"error", {{"message", choice.error()}, {"type", "server_error"}}}}) + "\n\n";
-        } else if (const json delta = choice.next_delta(); !delta.is_null()) {
-          out = chunk(delta);
-        }
-        if (!more) {
-          (*sequences)[i]->cancel();
-          ++*current;
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          cancel_all();
-          return false;
-        }
-        return true;
-      },
-      [cancel_all](bool) { cancel_all(); });
+  info.model = options.model_name;
+  info.start = start;
+  info.give_up = sequences.front()->request().deadline + std::chrono::seconds(30);
+  return std::make_unique<CompletionResponse>(
+      tokenizer, std::move(request), std::move(sequences), std::move(info),
+      [this](double latency_s, double first_token_s) { metrics.completion(latency_s, first_token_s); });
 }
 
 std::string HttpServer::State::metrics_text() {
@@ -248,10 +229,12 @@ std::string HttpServer::State::metrics_text() {
   };
   {
     std::lock_guard lock(metrics.mutex);
-    metric("zaya_requests_total", "counter", "Requests answered, by endpoint and HTTP status.");
-    for (const auto& [key, count] : metrics.requests)
-      out +=
-          cat("zaya_requests_total{endpoint=\"", key.first, "\",status=\"", key.second, "\"} ", count, "\n");
+    metric("zaya_requests_total", "counter",
+           "Requests answered, by endpoint (\"other\": any other path) and HTTP status.");
+    for (size_t e = 0; e < kEndpoints.size(); ++e)
+      for (const auto& [status, count] : metrics.requests[e])
+        out += cat("zaya_requests_total{endpoint=\"", kEndpoints[e], "\",status=\"", status, "\"} ", count,
+                   "\n");
     metric("zaya_request_latency_seconds", "summary", "Time from a completion request to its last token.");
     out += cat("zaya_request_latency_seconds_sum ", metrics.latency_sum,
                "\nzaya_request_latency_seconds_count ", metrics.latency_count, "\n");
@@ -261,15 +244,19 @@ std::string HttpServer::State::metrics_text() {
                "\nzaya_time_to_first_token_seconds_count ", metrics.first_token_count, "\n");
   }
   const EngineCounters& c = engine.counters();
-  const std::pair<const char*, int64_t> counters[] = {{"zaya_prompt_tokens_total", c.prompt_tokens},
-                                                      {"zaya_generation_tokens_total", c.generated_tokens},
-                                                      {"zaya_decode_steps_total", c.decode_steps},
-                                                      {"zaya_prefills_total", c.prefills},
-                                                      {"zaya_request_timeouts_total", c.timeouts}};
+  const ConnectionCounters& n = loop.counters();
+  const std::pair<const char*, int64_t> counters[] = {
+      {"zaya_prompt_tokens_total", c.prompt_tokens},   {"zaya_generation_tokens_total", c.generated_tokens},
+      {"zaya_decode_steps_total", c.decode_steps},     {"zaya_prefills_total", c.prefills},
+      {"zaya_request_timeouts_total", c.timeouts},     {"zaya_connections_total", n.accepted},
+      {"zaya_connections_refused_total", n.refused},   {"zaya_connection_timeouts_total", n.timed_out},
+      {"zaya_client_disconnects_total", n.client_left}};
   for (const auto& [name, value] : counters) {
-    metric(name, "counter", "Engine counter.");
+    metric(name, "counter", "Counter.");
     out += cat(name, " ", value, "\n");
   }
+  metric("zaya_open_connections", "gauge", "Client connections open.");
+  out += cat("zaya_open_connections ", n.open.load(), "\n");
   metric("zaya_running_sequences", "gauge", "Sequences being decoded together.");
   out += cat("zaya_running_sequences ", c.running.load(), "\n");
   metric("zaya_queued_sequences", "gauge", "Sequences waiting for a place.");
@@ -287,135 +274,33 @@ json HttpServer::State::tokenizer_info() const {
           {"bos_token", token(tokenizer.bos_id())},       {"pad_token", token(tokenizer.pad_id())}};
 }
 
-void HttpServer::State::routes() {
-  http.set_payload_max_length(size_t(options.max_body_bytes));
-  // A stream writes a small event per token: without TCP_NODELAY, Nagle's algorithm holds each back until
-  // the client's delayed acknowledgement of the one before (tens of milliseconds a token).
-  http.set_tcp_nodelay(true);
-  // httplib's default adds SO_REUSEPORT, which lets a second server take the same port and share its
-  // connections; a port in use must be an error instead.
-  http.set_socket_options([](int socket) {
-    const int yes = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  http.new_task_queue = [this] {
-    // A thread per open stream and request, and some for /health and /metrics while all are busy.
-    return new httplib::ThreadPool(size_t(options.max_running + options.max_queued + 4));
-  };
-  http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-    if (options.api_key.empty() || request.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (request.get_header_value("Authorization") == "Bearer " + options.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(response,
-               ApiError(401, "authentication_error", "a valid 'Authorization: Bearer <key>' is needed"));
-    metrics.request(request.path, 401);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  http.set_exception_handler(
-      [this](const httplib::Request& request, httplib::Response& response, std::exception_ptr thrown) {
-        try {
-          std::rethrow_exception(thrown);
-        } catch (const ApiError& e) {
-          send_error(response, e);
-        } catch (const std::exception& e) {
-          send_error(response, ApiError(500, "server_error", e.what()));
-        }
-        metrics.request(request.path, response.status);
-      });
-  http.set_error_handler([](const httplib::Request&, httplib::Response& response) {
-    if (!response.body.empty()) return;
-    const std::string message = response.status == 404   ? "no such endpoint"
-                                : response.status == 413 ? "the request body is too large"
-                                                         : "the request could not be handled";
-    send_error(response, ApiError(response.status, "invalid_request_error", message));
-  });
-
-  auto counted = [this](auto handler) {
-    return [this, handler](const httplib::Request& request, httplib::Response& response) {
-      handler(request, response);
-      metrics.request(request.path, response.status);
-    };
-  };
-  http.Post("/v1/completions", counted([this](const httplib::Request& request, httplib::Response& response) {
-              completions(request, response);
-            }));
-  http.Get("/v1/models", counted([this](const httplib::Request&, httplib::Response& response) {
-             const json model = {{"id", options.model_name},
-                                 {"object", "model"},
-                                 {"created", 0},
-                                 {"owned_by", "zaya"},
-                                 {"max_model_len", options.context}};
-             send_json(response, 200, {{"object", "list"}, {"data", json::array({model})}});
-           }));
-  http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-    send_json(response, 200, {{"status", "ok"}});
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_text(), "text/plain; version=0.0.4");
-  });
-  http.Post("/tokenize", counted([this](const httplib::Request& request, httplib::Response& response) {
-              const json body = parse_request_body(request.body);
-              const auto prompt = body.find("prompt");
-              if (prompt == body.end() || !prompt->is_string())
-                throw bad_request("'prompt' must be a string", "prompt");
-              std::vector<int32_t> ids;
-              try {
-                ids = tokenizer.encode(prompt->get<std::string>());
-              } catch (const Error& e) {
-                throw bad_request(e.message(), "prompt");
-              }
-              json strings = json::array();
-              for (int32_t id : ids) strings.push_back(tokenizer.id_to_token(id).value_or(""));
-              send_json(response, 200,
-                        {{"count", ids.size()},
-                         {"max_model_len", options.context},
-                         {"tokens", ids},
-                         {"token_strs", strings}});
-            }));
-  http.Post("/detokenize", counted([this](const httplib::Request& request, httplib::Response& response) {
-              const json body = parse_request_body(request.body);
-              const std::vector<int32_t> ids =
-                  parse_token_ids(body.value("tokens", json()), limits.vocab, "tokens");
-              send_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
-            }));
-  http.Get("/tokenizer_info", counted([this](const httplib::Request&, httplib::Response& response) {
-             send_json(response, 200, tokenizer_info());
-           }));
-}
-
 HttpServer::HttpServer(ZayaModel& model, const Tokenizer& tokenizer, ServeOptions options)
-    : state_(std::make_unique<State>(model, tokenizer, std::move(options))) {
-  state_->routes();
-}
+    : state_(std::make_unique<State>(model, tokenizer, std::move(options))) {}
 
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
-  const ServeOptions& o = state_->options;
-  const int port = o.port == 0 ? state_->http.bind_to_any_port(o.host) : o.port;
-  if (o.port != 0 && !state_->http.bind_to_port(o.host, o.port)) {
-    throw Error(cat("cannot listen on ", o.host, ":", o.port, " (in use, or not an address of this machine)"))
-        .field("--port");
-  }
-  if (port < 0) throw Error(cat("cannot listen on ", o.host)).field("--host");
-  return port;
+  return state_->loop.bind(state_->options.host, state_->options.port);
 }
 
 void HttpServer::run() {
-  // HTTP on a thread of its own; the engine on this one (see DecodeEngine).
+  // Connections on a thread of their own; the engine on this one (see DecodeEngine).
   std::thread http([this] {
-    state_->http.listen_after_bind();
+    try {
+      state_->loop.run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "zaya serve: the connections' loop failed: %s\n", e.what());
+    }
     state_->engine.stop();
   });
   state_->engine.run();
-  state_->http.stop();
+  state_->loop.stop();
   http.join();
 }
 
 void HttpServer::stop() {
   state_->engine.stop();
-  state_->http.stop();
+  state_->loop.stop();
 }
 
 }  // namespace zaya

@@ -1,11 +1,13 @@
 #pragma once
 // zaya serve's HTTP side: OpenAI-compatible completions (whole or streamed as server-sent events), the model
-// list, health, Prometheus metrics, and vLLM's tokenizer endpoints, over cpp-httplib, in front of one
-// DecodeEngine.
+// list, health, Prometheus metrics, and vLLM's tokenizer endpoints, on our own HTTP/1.1 event loop
+// (http_loop), in front of one DecodeEngine.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "serve/http_loop.h"
 
 namespace zaya {
 
@@ -20,7 +22,7 @@ struct ServeOptions {
   int64_t context = 0;  // the model's max_position_embeddings
   int64_t max_running = 8, max_queued = 64;
   double request_timeout_s = 600;
-  int64_t max_body_bytes = int64_t(32) << 20;
+  ConnectionLimits connections;  // and the head and body sizes
 };
 
 class HttpServer {
@@ -28,10 +30,11 @@ class HttpServer {
   HttpServer(ZayaModel& model, const Tokenizer& tokenizer, ServeOptions options);
   ~HttpServer();
 
-  // Binds the listening socket; returns the port (the chosen one for port 0). Throws Error when it cannot.
+  // Binds the listening socket; returns the port (the chosen one for port 0). Throws Error naming --host or
+  // --port when it cannot.
   int bind();
   // Serves until stop() (from another thread or a signal handler's thread). The model runs on the calling
-  // thread, which should be the one that loaded it (see DecodeEngine).
+  // thread, which should be the one that loaded it (see DecodeEngine); the connections on one other.
   void run();
   void stop();
 

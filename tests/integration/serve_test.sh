@@ -118,7 +118,7 @@ expect "negative max_tokens: 400 naming it" 400 '"param":"max_tokens"' /v1/compl
 expect "a field of the wrong type: 400" 400 '"param":"temperature"' /v1/completions \
   '{"prompt": "a", "temperature": "warm"}'
 expect "a prompt longer than the context: 400" 400 "maximum context length is 1024" /v1/completions \
-  "{\"prompt\": \"$(head -c 20000 /dev/zero | tr '\0' 'a' | sed 's/a\{5\}/abc d/g')\"}"
+  "{\"prompt\": \"$(head -c 15000 /dev/zero | tr '\0' 'a' | sed 's/a\{5\}/abc d/g')\"}"
 expect "a token id outside the vocabulary: 400" 400 '"param":"prompt"' /v1/completions \
   '{"prompt": [1, 999999]}'
 expect "an unknown endpoint: 404" 404 '"error"' /v1/chat/nothing
