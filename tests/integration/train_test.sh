@@ -145,7 +145,8 @@ out=$("$zaya" train "$tmp/bad.toml" --run-dir "$tmp/g" 2>&1)
 [ $? -eq 2 ] && grep -q "bad.toml" <<<"$out" && ok "a config error is one line naming the file" \
   || fail "config error: $out"
 out=$(train --run-dir "$tmp/g" --set optimizer.lr=-1 2>&1)
-[ $? -eq 2 ] && grep -q "field 'optimizer.lr'" <<<"$out" && ok "a bad --set value names the key" || fail "bad --set: $out"
+[ $? -eq 2 ] && grep -q "^zaya: error: --set optimizer.lr: field 'optimizer.lr'" <<<"$out" && ! grep -q "tiny.toml" <<<"$out" \
+  && ok "a bad --set value names the override, not the file" || fail "bad --set: $out"
 out=$(train --run-dir "$tmp/g" --set run.device=tpu 2>&1)
 [ $? -eq 2 ] && grep -q "field 'run.device'" <<<"$out" && ok "an unknown run.device names the key" \
   || fail "run.device=tpu: $out"
