@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "serve/completion_choice.h"
 #include "serve/completion_request.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

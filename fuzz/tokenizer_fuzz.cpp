@@ -1,8 +1,8 @@
 // A tokenizer.json, then encoding a text with it (the part of the input after the separator, and a fixed
 // text with special tokens) and decoding the ids back.
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "fuzz_input.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto [json, text] = zaya::fuzz::split_input(data, size);

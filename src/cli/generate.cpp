@@ -10,9 +10,9 @@
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "infer/generator.h"
 #include "model/zaya_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya::cli {
 namespace {

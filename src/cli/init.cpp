@@ -11,9 +11,9 @@
 #include "cli/output_guard.h"
 #include "core/error.h"
 #include "data/model_tokenizer_files.h"
-#include "data/tokenizer.h"
 #include "io/output_directory.h"
 #include "model/model_io.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya::cli {
 namespace {

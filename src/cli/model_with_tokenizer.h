@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/precision.h"
-#include "data/tokenizer.h"
 #include "model/model_io.h"
+#include "tokenizer/tokenizer.h"
 
 namespace CLI {
 class App;

@@ -16,10 +16,10 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "core/threads.h"
-#include "data/bpe_trainer.h"
-#include "data/tokenizer.h"
-#include "data/unicode_text.h"
 #include "io/atomic_file.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::cli {
 namespace {

@@ -16,10 +16,10 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
-#include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
 #include "optim/param_groups.h"
+#include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
 namespace zaya::cli {

@@ -6,10 +6,10 @@
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
-#include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/file_stamp.h"
 #include "io/json_input.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 using nlohmann::json;

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
 #include "io/atomic_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

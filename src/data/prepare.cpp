@@ -11,7 +11,7 @@
 #include "data/dataset_provenance.h"
 #include "data/document_reader.h"
 #include "data/indexed_dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 namespace {

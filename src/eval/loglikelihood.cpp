@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "core/thread_governor.h"
-#include "data/tokenizer.h"
 #include "infer/token_logprobs.h"
 #include "model/zaya_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

@@ -1,6 +1,6 @@
 #include "serve/completion_choice.h"
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

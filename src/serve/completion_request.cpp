@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "serve/http_response.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

@@ -1,6 +1,6 @@
 #include "serve/completion_response.h"
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "model/zaya_model.h"
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
 #include "serve/decode_engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 

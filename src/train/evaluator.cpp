@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "data/loader.h"
-#include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "model/zaya_model.h"
+#include "tokenizer/tokenizer.h"
 #include "train/batch_prefetcher.h"
 
 namespace zaya {

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "data/dataset_provenance.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_catalog.h"
 

@@ -16,9 +16,9 @@
 
 #include "backend/devices.h"
 #include "backend/precision_policy.h"
-#include "data/tokenizer.h"
 #include "io/hf_config.h"
 #include "model/model_dims.h"
+#include "tokenizer/tokenizer.h"
 #include "train/batch_prefetcher.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"

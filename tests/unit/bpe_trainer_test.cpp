@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "data/bpe_trainer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/test_util.h"
 
 namespace zaya {

@@ -11,13 +11,13 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "data/tokenizer.h"
 #include "eval/loglikelihood.h"
 #include "eval/task_file.h"
 #include "infer/token_logprobs.h"
 #include "model/model_io.h"
 #include "model/zaya_model.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zaya {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "core/error.h"
 #include "data/document_reader.h"
-#include "data/tokenizer_document.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
+#include "tokenizer/document.h"
 #include "unit/test_util.h"
 
 namespace zaya {

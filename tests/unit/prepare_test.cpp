@@ -6,11 +6,11 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/bpe_trainer.h"
 #include "data/dataset_provenance.h"
 #include "data/indexed_dataset.h"
 #include "data/prepare.h"
-#include "data/tokenizer.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/test_util.h"
 
 namespace zaya {

@@ -8,7 +8,6 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "infer/generator.h"
 #include "io/hf_config.h"
 #include "model/model_dims.h"
@@ -18,6 +17,7 @@
 #include "serve/completion_choice.h"
 #include "serve/completion_request.h"
 #include "serve/decode_engine.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/test_util.h"
 
 namespace zaya {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/threads.h"
-#include "data/tokenizer.h"
-#include "data/unicode_text.h"
 #include "io/safetensors.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 #include "unit/test_util.h"
 
 namespace zaya {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "data/bpe_byte_level.h"
-#include "data/tokenizer_known_regex.h"
-#include "data/tokenizer_pattern.h"
+#include "tokenizer/bpe_byte_level.h"
+#include "tokenizer/known_regex.h"
+#include "tokenizer/pattern.h"
 
 namespace zaya::tok {
 namespace {

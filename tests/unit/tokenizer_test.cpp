@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/test_util.h"
 
 namespace zaya {

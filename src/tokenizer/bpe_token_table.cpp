@@ -1,4 +1,4 @@
-#include "data/bpe_token_table.h"
+#include "tokenizer/bpe_token_table.h"
 
 #include <cstring>
 

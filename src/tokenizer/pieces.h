@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer_pattern.h"
+#include "tokenizer/pattern.h"
 
 namespace zaya::tok {
 

@@ -1,8 +1,8 @@
-#include "data/tokenizer_pretokenizer.h"
+#include "tokenizer/pretokenizer.h"
 
-#include "data/bpe_byte_level.h"
-#include "data/tokenizer_json.h"
-#include "data/unicode_text.h"
+#include "tokenizer/bpe_byte_level.h"
+#include "tokenizer/json.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

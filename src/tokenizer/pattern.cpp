@@ -1,4 +1,4 @@
-#include "data/tokenizer_pattern.h"
+#include "tokenizer/pattern.h"
 
 #include <oniguruma.h>
 
@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "data/tokenizer_known_regex.h"
-#include "data/unicode_text.h"
+#include "tokenizer/known_regex.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

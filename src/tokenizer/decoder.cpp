@@ -1,12 +1,12 @@
-#include "data/tokenizer_decoder.h"
+#include "tokenizer/decoder.h"
 
 #include <optional>
 
-#include "data/bpe_byte_level.h"
-#include "data/tokenizer_json.h"
-#include "data/tokenizer_pattern.h"
-#include "data/tokenizer_pretokenizer.h"
-#include "data/unicode_text.h"
+#include "tokenizer/bpe_byte_level.h"
+#include "tokenizer/json.h"
+#include "tokenizer/pattern.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "data/tokenizer_pieces.h"
+#include "tokenizer/pieces.h"
 
 namespace zaya::tok {
 

@@ -1,13 +1,13 @@
-#include "data/tokenizer_added.h"
+#include "tokenizer/added.h"
 
 #include <algorithm>
 #include <array>
 
 #include "core/error.h"
-#include "data/tokenizer_json.h"
-#include "data/tokenizer_normalizer.h"
-#include "data/tokenizer_pattern.h"
-#include "data/unicode_text.h"
+#include "tokenizer/json.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/pattern.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

@@ -1,9 +1,9 @@
-#include "data/tokenizer_normalizer.h"
+#include "tokenizer/normalizer.h"
 
 #include <vector>
 
-#include "data/tokenizer_json.h"
-#include "data/unicode_text.h"
+#include "tokenizer/json.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

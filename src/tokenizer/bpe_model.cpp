@@ -1,4 +1,4 @@
-#include "data/bpe_model.h"
+#include "tokenizer/bpe_model.h"
 
 #include <algorithm>
 #include <array>
@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "data/tokenizer_document.h"
-#include "data/tokenizer_json.h"
-#include "data/unicode_text.h"
+#include "tokenizer/document.h"
+#include "tokenizer/json.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

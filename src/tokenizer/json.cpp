@@ -1,6 +1,6 @@
-#include "data/tokenizer_json.h"
+#include "tokenizer/json.h"
 
-#include "data/unicode_text.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

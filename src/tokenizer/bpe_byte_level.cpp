@@ -1,6 +1,6 @@
-#include "data/bpe_byte_level.h"
+#include "tokenizer/bpe_byte_level.h"
 
-#include "data/unicode_text.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

@@ -1,4 +1,4 @@
-#include "data/tokenizer_document.h"
+#include "tokenizer/document.h"
 
 #include <climits>
 

@@ -1,4 +1,4 @@
-#include "data/bpe_trainer.h"
+#include "tokenizer/bpe_trainer.h"
 
 #include <omp.h>
 
@@ -14,11 +14,11 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "data/bpe_byte_level.h"
-#include "data/bpe_model.h"
-#include "data/tokenizer_pattern.h"
-#include "data/unicode_text.h"
 #include "io/atomic_file.h"
+#include "tokenizer/bpe_byte_level.h"
+#include "tokenizer/bpe_model.h"
+#include "tokenizer/pattern.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya {
 namespace {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/bpe_token_table.h"
+#include "tokenizer/bpe_token_table.h"
 
 namespace zaya::tok {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer_pattern.h"
+#include "tokenizer/pattern.h"
 
 namespace zaya::tok {
 

@@ -14,7 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "data/bpe_model.h"
+#include "tokenizer/bpe_model.h"
 
 namespace zaya::tok {
 

@@ -1,10 +1,10 @@
-#include "data/tokenizer_known_regex.h"
+#include "tokenizer/known_regex.h"
 
 #include <oniguruma.h>
 
 #include <array>
 
-#include "data/unicode_text.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya::tok {
 namespace {

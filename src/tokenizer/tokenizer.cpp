@@ -1,4 +1,4 @@
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -7,16 +7,16 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "data/bpe_model.h"
-#include "data/tokenizer_added.h"
-#include "data/tokenizer_decoder.h"
-#include "data/tokenizer_document.h"
-#include "data/tokenizer_json.h"
-#include "data/tokenizer_normalizer.h"
-#include "data/tokenizer_pieces.h"
-#include "data/tokenizer_pretokenizer.h"
-#include "data/unicode_text.h"
 #include "io/atomic_file.h"
+#include "tokenizer/added.h"
+#include "tokenizer/bpe_model.h"
+#include "tokenizer/decoder.h"
+#include "tokenizer/document.h"
+#include "tokenizer/json.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/pieces.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 namespace zaya {
 namespace {
