@@ -171,7 +171,10 @@ ZayaConfig load_config(const std::string& path) {
   return parse_config(read_text_file(path), path);
 }
 
-void validate_config(const ZayaConfig& c, const std::string& source) {
+namespace {
+
+// The sizes: each positive and within what zaya takes, and the parameter count they make too.
+void validate_sizes(const ZayaConfig& c, const std::string& source) {
   auto fail = [&](const std::string& field, const std::string& message) {
     return Error(message).file(source).field(field);
   };
@@ -210,29 +213,13 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
     throw fail("hidden_size", cat("these sizes make about ", double(parameters),
                                   " parameters, past the most zaya takes (", double(kMaxParameters), ")"));
   }
-  if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    throw fail("num_key_value_heads",
-               cat("num_attention_heads (", c.num_attention_heads,
-                   ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
-  }
-  if (c.num_experts_per_tok != 1)
-    throw fail("num_experts_per_tok", "ZAYA routes each token to one expert: must be 1");
-  if ((c.num_key_value_heads * c.head_dim) % 2 != 0) {
-    throw fail("head_dim",
-               "num_key_value_heads * head_dim must be even (values are half current, half delayed)");
-  }
-  if (c.hidden_act != "silu")
-    throw fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
-  // JSON holds no NaN or infinity, but a configuration is also built from a run's TOML and from code.
-  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps)))
-    throw fail("rms_norm_eps", cat("must be positive and finite, got ", c.rms_norm_eps));
-  if (!(c.initializer_range >= 0 && std::isfinite(c.initializer_range)))
-    throw fail("initializer_range", cat("must be finite and not negative, got ", c.initializer_range));
-  if (c.attention_dropout != 0)
-    throw fail("attention_dropout", "attention dropout is not supported: must be 0");
-  if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
-    throw fail("dtype", "expected \"float32\", \"bfloat16\" or \"float16\", got \"" + c.dtype + "\"");
-  }
+}
+
+// Each layer type known, with a RoPE entry zaya supports, and a window where a layer slides.
+void validate_layer_types(const ZayaConfig& c, const std::string& source) {
+  auto fail = [&](const std::string& field, const std::string& message) {
+    return Error(message).file(source).field(field);
+  };
   if (int64_t(c.layer_types.size()) != c.num_hidden_layers) {
     throw fail("layer_types",
                cat("has ", c.layer_types.size(), " entries but num_hidden_layers is ", c.num_hidden_layers));
@@ -262,6 +249,39 @@ void validate_config(const ZayaConfig& c, const std::string& source) {
       throw fail("sliding_window", "must be a positive integer when layer_types contains \"hybrid_sliding\"");
     }
   }
+}
+
+}  // namespace
+
+void validate_config(const ZayaConfig& c, const std::string& source) {
+  auto fail = [&](const std::string& field, const std::string& message) {
+    return Error(message).file(source).field(field);
+  };
+  validate_sizes(c, source);
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    throw fail("num_key_value_heads",
+               cat("num_attention_heads (", c.num_attention_heads,
+                   ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
+  }
+  if (c.num_experts_per_tok != 1)
+    throw fail("num_experts_per_tok", "ZAYA routes each token to one expert: must be 1");
+  if ((c.num_key_value_heads * c.head_dim) % 2 != 0) {
+    throw fail("head_dim",
+               "num_key_value_heads * head_dim must be even (values are half current, half delayed)");
+  }
+  if (c.hidden_act != "silu")
+    throw fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
+  // JSON holds no NaN or infinity, but a configuration is also built from a run's TOML and from code.
+  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps)))
+    throw fail("rms_norm_eps", cat("must be positive and finite, got ", c.rms_norm_eps));
+  if (!(c.initializer_range >= 0 && std::isfinite(c.initializer_range)))
+    throw fail("initializer_range", cat("must be finite and not negative, got ", c.initializer_range));
+  if (c.attention_dropout != 0)
+    throw fail("attention_dropout", "attention dropout is not supported: must be 0");
+  if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
+    throw fail("dtype", "expected \"float32\", \"bfloat16\" or \"float16\", got \"" + c.dtype + "\"");
+  }
+  validate_layer_types(c, source);
   const std::pair<const char*, std::optional<int64_t>> token_ids[] = {{"pad_token_id", c.pad_token_id},
                                                                       {"bos_token_id", c.bos_token_id}};
   for (const auto& [name, id] : token_ids) {

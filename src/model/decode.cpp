@@ -50,11 +50,66 @@ void ZayaModel::require_decodable(const int32_t* tokens, int64_t count, const De
         "incremental decoding runs every expert here; this rank holds only some (expert parallelism)");
 }
 
-const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) require_decodable(tokens + i, 1, *caches[i]);
-  const int64_t B = count, H = dims_.hidden, C = dims_.conv_channels();
+void ZayaModel::decode_qkv(int64_t l, DecodeCache* const* caches, int64_t B, LayerActivations& a) {
+  const int64_t H = dims_.hidden, C = dims_.conv_channels();
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), half = KD / 2, D = dims_.head_dim;
   const int64_t tail_rows = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
+  const LayerWeights& w = w_.layers[size_t(l)];
+  const LayerMatrices& m = m_.layers[size_t(l)];
+  const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
+  auto f = [&](int64_t size) { return arena_.alloc<float>(size_t(size)); };
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
+  if (w.q_bias) ops_.add_bias(a.qk0, B, QD, C, w.q_bias);
+  if (w.k_bias) ops_.add_bias(a.qk0 + QD, B, KD, C, w.k_bias);
+  ops_.qk_mean_forward(a.qk0, B, C, shape, a.q_res, a.k_res);
+
+  // Values: this token's current half; the delayed half is the previous token's, kept in the cache.
+  float* delayed = f(B * half);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_current, H, 0.0f, a.v, KD);
+  if (w.v_current_bias) ops_.add_bias(a.v, B, half, KD, w.v_current_bias);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_delayed, H, 0.0f, delayed,
+            half);
+  if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
+
+  // The convolution's last output for each sequence, from its kept rows and this one: the window is
+  // left-padded with zeros while fewer than tail_rows tokens came before, as the full pass pads.
+  float* windows = f(B * (tail_rows + 1) * C);  // [B, tail_rows + 1, C]
+  float* conv = f(B * C);                       // [B, C]
+  for (int64_t i = 0; i < B; ++i) {
+    const DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
+    float* window = windows + i * (tail_rows + 1) * C;
+    const int64_t kept = int64_t(state.conv_tail.size());
+    std::fill(window, window + tail_rows * C - kept, 0.0f);
+    std::copy(state.conv_tail.begin(), state.conv_tail.end(), window + tail_rows * C - kept);
+    std::copy(a.qk0 + i * C, a.qk0 + (i + 1) * C, window + tail_rows * C);
+  }
+  const AttentionShape conv_shape{B, tail_rows + 1, dims_.heads, dims_.kv_heads, D, 0};
+  ops_.cca_conv_decode(windows, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                       w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, conv);
+
+  for (int64_t i = 0; i < B; ++i) {
+    DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
+    const int64_t t = caches[i]->length;
+    const float* qk0 = a.qk0 + i * C;
+    if (t == 0 && w.v_delayed_bias)
+      std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
+    const float* last = conv + i * C;
+    for (int64_t j = 0; j < QD; ++j) a.q_pre[i * QD + j] = last[j] + a.q_res[i * QD + j];
+    for (int64_t j = 0; j < KD; ++j) a.k_pre[i * KD + j] = last[QD + j] + a.k_res[i * KD + j];
+    state.conv_tail.insert(state.conv_tail.end(), qk0, qk0 + C);
+    if (int64_t(state.conv_tail.size()) > tail_rows * C) {
+      state.conv_tail.erase(state.conv_tail.begin(), state.conv_tail.end() - tail_rows * C);
+    }
+    std::copy(state.delayed.begin(), state.delayed.end(), a.v + i * KD + half);
+    std::copy(delayed + i * half, delayed + (i + 1) * half, state.delayed.begin());
+  }
+}
+
+const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* caches, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) require_decodable(tokens + i, 1, *caches[i]);
+  const int64_t B = count, H = dims_.hidden;
+  const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), D = dims_.head_dim;
   arena_.reset();
   scratch_.reset();
   reset_step_sums();
@@ -82,52 +137,7 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
     const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
 
     ops_.rmsnorm_forward(h, w.input_norm, B, H, dims_.rms_eps, a.xn1, a.rstd1);
-    ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
-    ops_.gemm(precision_, Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
-    if (w.q_bias) ops_.add_bias(a.qk0, B, QD, C, w.q_bias);
-    if (w.k_bias) ops_.add_bias(a.qk0 + QD, B, KD, C, w.k_bias);
-    ops_.qk_mean_forward(a.qk0, B, C, shape, a.q_res, a.k_res);
-
-    // Values: this token's current half; the delayed half is the previous token's, kept in the cache.
-    float* delayed = f(B * half);
-    ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_current, H, 0.0f, a.v, KD);
-    if (w.v_current_bias) ops_.add_bias(a.v, B, half, KD, w.v_current_bias);
-    ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_delayed, H, 0.0f, delayed,
-              half);
-    if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
-
-    // The convolution's last output for each sequence, from its kept rows and this one: the window is
-    // left-padded with zeros while fewer than tail_rows tokens came before, as the full pass pads.
-    float* windows = f(B * (tail_rows + 1) * C);  // [B, tail_rows + 1, C]
-    float* conv = f(B * C);                       // [B, C]
-    for (int64_t i = 0; i < B; ++i) {
-      const DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
-      float* window = windows + i * (tail_rows + 1) * C;
-      const int64_t kept = int64_t(state.conv_tail.size());
-      std::fill(window, window + tail_rows * C - kept, 0.0f);
-      std::copy(state.conv_tail.begin(), state.conv_tail.end(), window + tail_rows * C - kept);
-      std::copy(a.qk0 + i * C, a.qk0 + (i + 1) * C, window + tail_rows * C);
-    }
-    const AttentionShape conv_shape{B, tail_rows + 1, dims_.heads, dims_.kv_heads, D, 0};
-    ops_.cca_conv_decode(windows, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                         w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, conv);
-
-    for (int64_t i = 0; i < B; ++i) {
-      DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
-      const int64_t t = caches[i]->length;
-      const float* qk0 = a.qk0 + i * C;
-      if (t == 0 && w.v_delayed_bias)
-        std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
-      const float* last = conv + i * C;
-      for (int64_t j = 0; j < QD; ++j) a.q_pre[i * QD + j] = last[j] + a.q_res[i * QD + j];
-      for (int64_t j = 0; j < KD; ++j) a.k_pre[i * KD + j] = last[QD + j] + a.k_res[i * KD + j];
-      state.conv_tail.insert(state.conv_tail.end(), qk0, qk0 + C);
-      if (int64_t(state.conv_tail.size()) > tail_rows * C) {
-        state.conv_tail.erase(state.conv_tail.begin(), state.conv_tail.end() - tail_rows * C);
-      }
-      std::copy(state.delayed.begin(), state.delayed.end(), a.v + i * KD + half);
-      std::copy(delayed + i * half, delayed + (i + 1) * half, state.delayed.begin());
-    }
+    decode_qkv(l, caches, B, a);
 
     ops_.l2norm_forward(a.q_pre, B, dims_.heads, D, nullptr, a.q, a.q_norms);
     ops_.l2norm_forward(a.k_pre, B, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);

@@ -144,6 +144,11 @@ class ZayaModel {
   // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
   // every expert.
   void require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const;
+  // Decoding one token of each of B sequences, in layer l: q and k before their norms ([B, QD] a.q_pre,
+  // [B, KD] a.k_pre) from the convolution over each cache's kept rows and this one, and the values ([B, KD]
+  // a.v): this token's current half, and the delayed half the cache kept. Moves each cache's kept rows and
+  // delayed values on by this token.
+  void decode_qkv(int64_t l, DecodeCache* const* caches, int64_t B, LayerActivations& a);
   // The logits [count, vocab] of each prompt's last position in the pass prefill just ran (rows
   // b * longest + lengths[b] - 1 of its final hidden states), in the arena.
   const float* last_logits(const int64_t* lengths, int64_t count, int64_t longest);

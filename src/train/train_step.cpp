@@ -30,36 +30,60 @@ TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController
 
 TrainStep::~TrainStep() = default;
 
+namespace {
+
+// Runs a collective, timed (waiting for the slowest rank included) and its payload counted.
+template <class Call>
+void timed_collective(StepReport& report, const Communicator& comm, int64_t bytes, Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  report.communication_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.communication_bytes += comm.size() > 1 ? bytes : 0;
+}
+
+}  // namespace
+
 StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_factor) {
-  using Clock = std::chrono::steady_clock;
   StepReport report;
   report.lr_factor = lr_factor;
-  // Collectives are timed (including waiting for the slowest rank) and their payloads counted.
-  auto collective = [&](int64_t bytes, auto&& call) {
-    const auto start = Clock::now();
-    call();
-    report.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    report.communication_bytes += comm_.size() > 1 ? bytes : 0;
-  };
+  count_tokens(micro_batches, report);
+  RoutedSums sums = forward_backward(micro_batches, report);
+  sum_over_ranks(sums, report);
+  report.loss = report.labelled ? sums.loss / double(report.labelled) : 0.0;
+  report.aux_loss = report.tokens ? sums.aux_loss / double(report.tokens) : 0.0;
+  report.routing = routing_metrics(sums.routing, report.tokens);
+  if (!std::isfinite(report.loss) || !std::isfinite(report.aux_loss)) {
+    report.skipped = true;
+    return report;
+  }
+  update(sums.routing, lr_factor, report);
+  return report;
+}
+
+void TrainStep::count_tokens(const std::vector<Batch>& micro_batches, StepReport& report) {
   for (const Batch& batch : micro_batches) {
     report.tokens += batch.tokens();
     for (int64_t t = 0; t < batch.tokens(); ++t) report.labelled += batch.labels[t] != kIgnoreLabel;
   }
   int64_t totals[2] = {report.tokens, report.labelled};
-  collective(sizeof totals, [&] { comm_.all_reduce_sum(totals, 2); });
+  timed_collective(report, comm_, sizeof totals, [&] { comm_.all_reduce_sum(totals, 2); });
   report.tokens = totals[0];
   report.labelled = totals[1];
-  const float loss_scale = report.labelled ? 1.0f / float(report.labelled) : 0.0f;
+}
 
+TrainStep::RoutedSums TrainStep::forward_backward(const std::vector<Batch>& micro_batches,
+                                                  StepReport& report) {
+  const float loss_scale = report.labelled ? 1.0f / float(report.labelled) : 0.0f;
   ParameterStore& params = model_.params();
   params.zero_grads();
   const int64_t layers = params.dims().layers, routes = params.dims().routes();
-  std::vector<RouterLayerStats> routing(static_cast<size_t>(layers));
-  for (RouterLayerStats& stats : routing) {
+  RoutedSums sums;
+  sums.routing.resize(size_t(layers));
+  for (RouterLayerStats& stats : sums.routing) {
     stats.counts.assign(size_t(routes), 0);
     stats.prob_sums.assign(size_t(routes), 0.0);
   }
-  double loss_sum = 0, aux_sum = 0;
   // The gradients are summed over ranks while the last micro-batch's backward pass goes on (each bucket
   // once the layers in it are final). Collective: a rank without micro-batches, or a step with a
   // non-finite loss, takes part all the same.
@@ -71,11 +95,11 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
       });
     }
     const ForwardResult result = model_.forward_backward(micro_batches[m], loss_scale);
-    loss_sum += result.loss_sum;
-    aux_sum += result.aux_loss_sum;
+    sums.loss += result.loss_sum;
+    sums.aux_loss += result.aux_loss_sum;
     for (int64_t l = 0; l < layers; ++l) {
       const RouterLayerStats& from = (*result.routing)[size_t(l)];
-      RouterLayerStats& to = routing[size_t(l)];
+      RouterLayerStats& to = sums.routing[size_t(l)];
       for (int64_t e = 0; e < routes; ++e) {
         to.counts[size_t(e)] += from.counts[size_t(e)];
         to.prob_sums[size_t(e)] += from.prob_sums[size_t(e)];
@@ -93,47 +117,51 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
     report.communication_seconds += report.gradient_seconds;
     report.communication_bytes += shared_bytes_;
   }
-  // Everything a metric or the balancing update reads is summed over ranks, in one call per type.
-  std::vector<int64_t> route_counts;
-  std::vector<double> sums = {loss_sum, aux_sum};
-  for (const RouterLayerStats& stats : routing) {
-    route_counts.insert(route_counts.end(), stats.counts.begin(), stats.counts.end());
-    sums.insert(sums.end(), stats.prob_sums.begin(), stats.prob_sums.end());
-    sums.push_back(stats.entropy_sum);
-    sums.push_back(stats.lse_square_sum);
-  }
-  collective(int64_t(route_counts.size() * sizeof(int64_t) + sums.size() * sizeof(double)), [&] {
-    comm_.all_reduce_sum(route_counts.data(), int64_t(route_counts.size()));
-    comm_.all_reduce_sum(sums.data(), int64_t(sums.size()));
-  });
-  loss_sum = sums[0];
-  aux_sum = sums[1];
-  for (size_t l = 0, c = 0, d = 2; l < routing.size(); ++l) {
-    RouterLayerStats& stats = routing[l];
-    for (int64_t e = 0; e < routes; ++e) {
-      stats.counts[size_t(e)] = route_counts[c++];
-      stats.prob_sums[size_t(e)] = sums[d++];
-    }
-    stats.entropy_sum = sums[d++];
-    stats.lse_square_sum = sums[d++];
-  }
-  report.loss = report.labelled ? loss_sum / double(report.labelled) : 0.0;
-  report.aux_loss = report.tokens ? aux_sum / double(report.tokens) : 0.0;
-  report.routing = routing_metrics(routing, report.tokens);
+  return sums;
+}
 
-  if (!std::isfinite(report.loss) || !std::isfinite(report.aux_loss)) {
-    report.skipped = true;
-    return report;
+// Everything a metric or the balancing update reads is summed over ranks, in one call per type.
+void TrainStep::sum_over_ranks(RoutedSums& sums, StepReport& report) {
+  std::vector<int64_t> route_counts;
+  std::vector<double> values = {sums.loss, sums.aux_loss};
+  for (const RouterLayerStats& stats : sums.routing) {
+    route_counts.insert(route_counts.end(), stats.counts.begin(), stats.counts.end());
+    values.insert(values.end(), stats.prob_sums.begin(), stats.prob_sums.end());
+    values.push_back(stats.entropy_sum);
+    values.push_back(stats.lse_square_sum);
   }
+  timed_collective(report, comm_,
+                   int64_t(route_counts.size() * sizeof(int64_t) + values.size() * sizeof(double)), [&] {
+                     comm_.all_reduce_sum(route_counts.data(), int64_t(route_counts.size()));
+                     comm_.all_reduce_sum(values.data(), int64_t(values.size()));
+                   });
+  sums.loss = values[0];
+  sums.aux_loss = values[1];
+  for (size_t l = 0, c = 0, d = 2; l < sums.routing.size(); ++l) {
+    RouterLayerStats& stats = sums.routing[l];
+    for (size_t e = 0; e < stats.counts.size(); ++e) {
+      stats.counts[e] = route_counts[c++];
+      stats.prob_sums[e] = values[d++];
+    }
+    stats.entropy_sum = values[d++];
+    stats.lse_square_sum = values[d++];
+  }
+}
+
+// The optimizer's step on the summed gradients, the shared weights gathered back, and the balancing biases
+// moved by the step's route counts. A step whose update is not finite is skipped.
+void TrainStep::update(const std::vector<RouterLayerStats>& routing, double lr_factor, StepReport& report) {
   // Each rank holds the summed gradient of its own range; the squared norm is summed over ranges.
   double grad_sum_squares = optimizer_.owned_grad_sum_squares();
-  collective(sizeof grad_sum_squares, [&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
+  timed_collective(report, comm_, sizeof grad_sum_squares,
+                   [&] { comm_.all_reduce_sum(&grad_sum_squares, 1); });
   report.optimizer = optimizer_.step(lr_factor, std::sqrt(grad_sum_squares));
   if (!report.optimizer.finite) {
     report.skipped = true;
-    return report;
+    return;
   }
-  collective(shared_bytes_, [&] {
+  ParameterStore& params = model_.params();
+  timed_collective(report, comm_, shared_bytes_, [&] {
     for (const ShardedRegion& region : shared_)
       region.comm->all_gather(params.values() + region.shards.bounds.front(), region.shards.counts());
   });
@@ -144,7 +172,6 @@ StepReport TrainStep::run(const std::vector<Batch>& micro_batches, double lr_fac
   for (size_t l = 0; l < biases_.size(); ++l) params.read_value(*biases_[l], bias_values_[l].data());
   balancing_.update(counts, bias_pointers_);
   for (size_t l = 0; l < biases_.size(); ++l) params.write_value(*biases_[l], bias_values_[l].data());
-  return report;
 }
 
 std::vector<RoutingMetrics> routing_metrics(const std::vector<RouterLayerStats>& stats, int64_t tokens) {

@@ -65,6 +65,18 @@ class TrainStep {
   StepReport run(const std::vector<Batch>& micro_batches, double lr_factor);
 
  private:
+  // A step's sums before they are turned into metrics: losses and each layer's router statistics.
+  struct RoutedSums {
+    double loss = 0, aux_loss = 0;
+    std::vector<RouterLayerStats> routing;  // per layer
+  };
+  // The step's tokens and labelled positions over all ranks.
+  void count_tokens(const std::vector<Batch>& micro_batches, StepReport& report);
+  // Every micro-batch forward and backward, the gradients summed over ranks as the last one finishes.
+  RoutedSums forward_backward(const std::vector<Batch>& micro_batches, StepReport& report);
+  void sum_over_ranks(RoutedSums& sums, StepReport& report);
+  void update(const std::vector<RouterLayerStats>& routing, double lr_factor, StepReport& report);
+
   ZayaModel& model_;
   Optimizer& optimizer_;
   BalancingController& balancing_;
