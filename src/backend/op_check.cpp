@@ -1014,63 +1014,14 @@ void loss_calls(const Sizes& s, std::vector<CallSpec>& calls) {
 
 }  // namespace
 
-const std::vector<std::string>& checked_ops() {
-  static const std::vector<std::string> names = {"gemm",
-                                                 "convert_to_bf16",
-                                                 "add_bias",
-                                                 "bias_backward",
-                                                 "embedding_forward",
-                                                 "embedding_backward",
-                                                 "rmsnorm_forward",
-                                                 "rmsnorm_backward",
-                                                 "residual_scale_forward",
-                                                 "residual_scale_backward",
-                                                 "gelu_forward",
-                                                 "gelu_backward",
-                                                 "fill",
-                                                 "mask_rows",
-                                                 "copy_rows",
-                                                 "delay_forward",
-                                                 "delay_backward",
-                                                 "add_scaled",
-                                                 "add_scaled_backward",
-                                                 "qk_mean_forward",
-                                                 "qk_mean_backward",
-                                                 "cca_conv_forward",
-                                                 "cca_conv_backward",
-                                                 "cca_conv_decode",
-                                                 "l2norm_forward",
-                                                 "l2norm_backward",
-                                                 "rope",
-                                                 "attention_forward",
-                                                 "attention_backward",
-                                                 "attention_decode",
-                                                 "route_top1",
-                                                 "route_top1_backward",
-                                                 "router_statistics",
-                                                 "router_aux_backward",
-                                                 "group_by_expert",
-                                                 "gather_rows",
-                                                 "scatter_rows",
-                                                 "gather_dot",
-                                                 "swiglu_forward",
-                                                 "swiglu_backward",
-                                                 "sum_squares",
-                                                 "adamw_step",
-                                                 "momentum_step",
-                                                 "newton_schulz",
-                                                 "decay_and_subtract",
-                                                 "cross_entropy"};
-  return names;
-}
-
 std::vector<OpCheckResult> check_ops(const OpCheckShape& shape, Ops& reference, Ops& device,
                                      const OpCheckOptions& options) {
   if (shape.batch <= 0 || shape.seq <= 0) {
     throw Error(cat("check_ops needs a batch and a sequence length, got ", shape.batch, " x ", shape.seq));
   }
   const Sizes sizes(shape, options.precision);
-  // In ops.h's order. Each call is built, run and freed before the next, so memory holds one call's arrays.
+  // In the table's order (op_table.h). Each call is built, run and freed before the next, so memory holds one
+  // call's arrays.
   std::vector<CallSpec> calls;
   product_calls(sizes, calls);
   embedding_and_norm_calls(sizes, calls);
@@ -1080,6 +1031,12 @@ std::vector<OpCheckResult> check_ops(const OpCheckShape& shape, Ops& reference, 
   routing_calls(sizes, calls);
   optimizer_calls(sizes, calls);
   loss_calls(sizes, calls);
+  for (const std::string_view op : kOpNames) {
+    const bool called =
+        std::any_of(calls.begin(), calls.end(), [&](const CallSpec& c) { return c.op == op; });
+    if (!called)
+      throw Error(cat("check_ops has no call of the op ", op, " (a call goes in its family's file)"));
+  }
   std::vector<OpCheckResult> results;
   for (size_t i = 0; i < calls.size(); ++i) {
     Call call(calls[i].op, calls[i].call, options.seed, i);
