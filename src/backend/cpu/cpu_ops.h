@@ -1,6 +1,6 @@
 #pragma once
 // The CPU backend: Ops implemented with oneDNN's sgemm and OpenMP loops. Each group of ops lives in its
-// own source file (gemm, elementwise, cca, attention, routing, loss); this header is their common class.
+// own source file, named after its family in op_table.h; this header is their common class.
 
 #include <array>
 #include <vector>

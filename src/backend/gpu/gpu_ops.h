@@ -1,7 +1,8 @@
 #pragma once
 // The GPU backend: Ops as kernels of our own (backend/gpu/*.cu, one source for CUDA, HIP and the emulator)
-// and the vendor's matrix products (cuBLASLt, hipBLASLt). Each group of ops lives in its own source file,
-// as in the CPU backend; this header is their common class. Every pointer an op takes is device memory.
+// and the vendor's matrix products (cuBLASLt, hipBLASLt). Each family of ops (op_table.h) lives in its own
+// source file, named as in the CPU backend; this header is their common class. Every pointer an op takes
+// is device memory.
 
 #include <array>
 #include <memory>

@@ -1,5 +1,6 @@
-// Matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), each piece of a product on
-// one thread (product_pieces.h), and the bias add and reduction that go with linear layers.
+// The products family: matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), each
+// piece of a product on one thread (product_pieces.h), the rounding of their bf16 operands, and the bias
+// add and reduction that go with linear layers.
 
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
