@@ -6,7 +6,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <algorithm>
 
-#include "backend/cpu/bf16_matmul.h"
+#include "backend/cpu/bf16_products.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -34,7 +34,7 @@ void CpuOps::multiply(const Product& product, Precision precision, ProductSplit 
     return;
   }
   if (precision == Precision::BF16) {
-    cpu_bf16_matmul().run(product, split);
+    cpu_bf16_products().run(product, split);
     return;
   }
   if (product.a.type != DType::F32 || product.b.type != DType::F32)
