@@ -1,5 +1,5 @@
 #pragma once
-// Every op of the backend table (ops.h) run on two backends from the same random inputs at one model's
+// Every op of the backend table (op_table.h) run on two backends from the same random inputs at one model's
 // shapes: how far the second backend's outputs are from the reference's (the CPU's), and the time each
 // takes. `zaya bench ops` prints it; the GPU tests hold the emulated GPU backend to bounds with it. It is
 // the op-by-op check DESIGN.md asks of every backend, runnable wherever that backend's hardware is.
@@ -52,16 +52,11 @@ struct OpCheckResult {
   double reference_seconds = 0, device_seconds = 0;  // medians of the timed runs, synchronised around each
 };
 
-// The ops checked: every computing member of Ops (not memory, copies, zero, synchronize and the
-// properties rate_probe_size, loss_chunk_logits and fast_bf16; cca_conv_scratch, a size, is used by both
-// convolutions).
-const std::vector<std::string>& checked_ops();
-
-// Runs every op of checked_ops() at least once on `reference` and on `device` (which may be the same
-// backend: then every error is 0) and compares them. Inputs are valid for each op: choices in range,
+// Runs every op of the table (kOpNames, ops.h) at least once on `reference` and on `device` (which may be the
+// same backend: then every error is 0) and compares them. Inputs are valid for each op: choices in range,
 // orders that group them, labels with ignored rows, a key mask with padded keys, the saved values of a
 // forward pass (made by the reference's forward) for each backward. Throws Error naming the op where a
-// backend does.
+// backend does, or where an op of the table has no call here.
 std::vector<OpCheckResult> check_ops(const OpCheckShape& shape, Ops& reference, Ops& device,
                                      const OpCheckOptions& options = {});
 

@@ -480,6 +480,7 @@ void run_ops_bench(const OpsArgs& args) {
                 duration_text(r.device_seconds).c_str(), speedup);
   }
   std::printf("rel err: the largest error of an output over that output's largest value on the CPU\n");
+  std::printf("every op of the table: %zu ops in %zu calls\n", kOpNames.size(), results.size());
 }
 
 }  // namespace

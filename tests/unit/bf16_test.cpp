@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/bf16_matmul.h"
+#include "backend/cpu/bf16_products.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -182,7 +182,7 @@ TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
   // A stored [m, k] or transposed [k, m] inside a [k, most] buffer (its stride fixed, as an expert's rows
   // are inside a layer's).
   for (Trans ta : {Trans::No, Trans::Yes}) {
-    const int64_t before = cpu_bf16_matmul().primitives();
+    const int64_t before = cpu_bf16_products().primitives();
     int64_t fixed_sizes = 0;
     for (int64_t m = 1; m <= most; ++m) {
       cpu_ops().gemm(Precision::BF16, ta, Trans::No, m, n, k, 1.0f, a.data(), ta == Trans::Yes ? most : k,
@@ -190,7 +190,7 @@ TEST_F(Bf16, VaryingRowCountsCreateABoundedNumberOfPrimitives) {
       fixed_sizes += bf16_fixed_size(m);
     }
     // One primitive per fixed size, and one more that serves every other size.
-    EXPECT_LE(cpu_bf16_matmul().primitives() - before, fixed_sizes + 1);
+    EXPECT_LE(cpu_bf16_products().primitives() - before, fixed_sizes + 1);
     EXPECT_LE(fixed_sizes, 16 + 3 * 16);  // 16 up to 256, then 16 per doubling
   }
 }

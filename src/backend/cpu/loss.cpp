@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/bf16_matmul.h"
+#include "backend/cpu/bf16_products.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vec_math.h"
 

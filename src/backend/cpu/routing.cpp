@@ -1,11 +1,13 @@
 // The ZAYA router's top-1 choice and the dropless MoE data movement: grouping tokens by expert, gathering
-// their rows for one matrix product per expert, and scattering the results back scaled by the gate.
+// their rows for one matrix product per expert, scattering the results back scaled by the gate, and the
+// experts' SwiGLU.
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vec_math.h"
 
 namespace zaya {
 
@@ -137,6 +139,43 @@ void CpuOps::gather_dot(const float* a, const int32_t* order, const float* b, in
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
     out[i] = sum;
+  }
+}
+
+// Eight columns at a time; a row's tail is padded with zeros, which stay finite through the math.
+template <class Body>
+void for_each_lane_block(int64_t n, const Body& body) {
+  for (int64_t j = 0; j < n; j += 8) body(j, std::min<int64_t>(8, n - j));
+}
+
+void CpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * n;
+    const float* up = gate + n;
+    for_each_lane_block(n, [&](int64_t j, int64_t width) {
+      const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
+      store_partial(out + r * n + j, g * vsigmoid(g) * u, width);
+    });
+  }
+}
+
+// out = silu(g) u: d up = d silu(g), d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))).
+void CpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
+                             float* dgate_up) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * n;
+    const float* up = gate + n;
+    float* dgate = dgate_up + r * 2 * n;
+    float* dup = dgate + n;
+    for_each_lane_block(n, [&](int64_t j, int64_t width) {
+      const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
+      const Float8 d = load_partial(dout + r * n + j, width, 0.0f);
+      const Float8 sig = vsigmoid(g);
+      store_partial(dup + j, d * g * sig, width);
+      store_partial(dgate + j, d * u * sig * (1.0f + g * (1.0f - sig)), width);
+    });
   }
 }
 

@@ -1,4 +1,4 @@
-// Elementwise ops, bias, row copies, the CCA value delay and the router's depth averaging: one thread per
+// Elementwise ops, row copies, the CCA value delay and the router's depth averaging: one thread per
 // element; parameter gradients through the deterministic column sums of kernel_util.h.
 
 #include "backend/gpu/gpu_ops.h"
@@ -17,11 +17,6 @@ ZAYA_DEVICE int64_t global_index() {
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-ZAYA_KERNEL void add_bias_kernel(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {
-  const int64_t i = global_index();
-  if (i < rows * n) y[(i / n) * ldy + i % n] += bias[i % n];
-}
 
 ZAYA_KERNEL void gelu_forward_kernel(const float* x, int64_t count, float* y) {
   const int64_t i = global_index();
@@ -84,12 +79,7 @@ ZAYA_KERNEL void scale_columns_kernel(const float* dy, const float* scale, int64
   if (i < rows * n) dx[i] = dy[i] * scale[i % n];
 }
 
-// The terms of the column sums (parameter gradients).
-struct StridedValue {  // dy[r, j] with row stride ld
-  const float* dy;
-  int64_t ld;
-  ZAYA_DEVICE float operator()(int64_t r, int64_t j) const { return dy[r * ld + j]; }
-};
+// The term of the depth averaging's scale gradient.
 struct Product {  // a[r, j] * b[r, j]
   const float* a;
   const float* b;
@@ -98,16 +88,6 @@ struct Product {  // a[r, j] * b[r, j]
 };
 
 }  // namespace
-
-void GpuOps::add_bias(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {
-  gpu::launch("add_bias", add_bias_kernel, gpu::cover(rows * n, gpu::kThreads), {gpu::kThreads}, 0,
-              gpu::as_stream(stream_), y, rows, n, ldy, bias);
-}
-
-void GpuOps::bias_backward(const float* dy, int64_t rows, int64_t n, int64_t ldy, float* dbias) {
-  gpu::sum_columns(StridedValue{dy, ldy}, rows, n, dbias,
-                   scratch(gpu::column_chunks(rows) * n * sizeof(float)), gpu::as_stream(stream_));
-}
 
 void GpuOps::gelu_forward(const float* x, int64_t count, float* y) {
   gpu::launch("gelu_forward", gelu_forward_kernel, gpu::cover(count, gpu::kThreads), {gpu::kThreads}, 0,
@@ -147,7 +127,7 @@ void GpuOps::delay_backward(const float* ddst, int64_t ld_ddst, int64_t batch, i
               {gpu::kThreads}, 0, gpu::as_stream(stream_), ddst, ld_ddst, batch, seq, n, dsrc);
   // dfirst sums ddst[b, 0] over the batch: rows of stride seq * ld_ddst.
   if (dfirst) {
-    gpu::sum_columns(StridedValue{ddst, seq * ld_ddst}, batch, n, dfirst,
+    gpu::sum_columns(gpu::StridedValue{ddst, seq * ld_ddst}, batch, n, dfirst,
                      scratch(gpu::column_chunks(batch) * n * sizeof(float)), gpu::as_stream(stream_));
   }
 }

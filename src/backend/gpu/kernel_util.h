@@ -118,6 +118,13 @@ ZAYA_KERNEL void add_column_partials(const float* partial, int64_t chunks, int64
   acc[column] += total;
 }
 
+// The term of a plain column sum: values[r, j] with row stride ld.
+struct StridedValue {
+  const float* values;
+  int64_t ld;
+  ZAYA_DEVICE float operator()(int64_t r, int64_t j) const { return values[r * ld + j]; }
+};
+
 // Needs chunks(rows) * n floats of device scratch.
 inline int64_t column_chunks(int64_t rows) {
   return (rows + kChunkRows - 1) / kChunkRows;

@@ -16,10 +16,10 @@
 
 namespace zaya {
 
-class Bf16Matmul {
+class Bf16Products {
  public:
-  Bf16Matmul();
-  ~Bf16Matmul();
+  Bf16Products();
+  ~Bf16Products();
 
   // As Ops::gemm with Precision::BF16, run as `split` says; m, n, k >= 1. Thread-safe: the threads of an
   // OpenMP parallel loop run their products at once (each with its own workspace); other callers take turns.
@@ -43,6 +43,6 @@ void round_to_bf16(const float* src, int64_t count, BFloat16* dst);
 // power of two at or below it (16 sizes per doubling).
 bool bf16_fixed_size(int64_t size);
 
-Bf16Matmul& cpu_bf16_matmul();
+Bf16Products& cpu_bf16_products();
 
 }  // namespace zaya

@@ -1,4 +1,4 @@
-#include "backend/cpu/bf16_matmul.h"
+#include "backend/cpu/bf16_products.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -134,7 +134,7 @@ struct Workspace {
   explicit Workspace(const dnnl::engine& engine) : stream(engine) {}
 };
 
-struct Bf16Matmul::State {
+struct Bf16Products::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   mutable std::mutex mutex;  // guards the two containers; each workspace has its own
   std::unordered_map<Key, Primitive, KeyHash> primitives;  // nodes never move: references stay valid
@@ -410,15 +410,15 @@ void few_rows_product(int64_t m, int64_t n, int64_t k, float alpha, Operand a, i
 
 }  // namespace
 
-Bf16Matmul::Bf16Matmul() : state_(std::make_unique<State>()) {}
-Bf16Matmul::~Bf16Matmul() = default;
+Bf16Products::Bf16Products() : state_(std::make_unique<State>()) {}
+Bf16Products::~Bf16Products() = default;
 
-int64_t Bf16Matmul::primitives() const {
+int64_t Bf16Products::primitives() const {
   std::lock_guard lock(state_->mutex);
   return int64_t(state_->primitives.size());
 }
 
-void Bf16Matmul::run(const Product& product, ProductSplit split) {
+void Bf16Products::run(const Product& product, ProductSplit split) {
   const int64_t m = product.m, n = product.n, k = product.k, lda = product.lda, ldb = product.ldb;
   const bool ta = product.trans_a == Trans::Yes, tb = product.trans_b == Trans::Yes;
   if (m <= kFewRows && !ta && tb) {  // each output a whole dot product: the same bits on any thread count
@@ -455,7 +455,7 @@ void Bf16Matmul::run(const Product& product, ProductSplit split) {
                      [this](const Product& piece) { multiply(piece); });
 }
 
-void Bf16Matmul::multiply(const Product& piece) {
+void Bf16Products::multiply(const Product& piece) {
   const int64_t m = piece.m, n = piece.n, k = piece.k;
   const bool ta = piece.trans_a == Trans::Yes, tb = piece.trans_b == Trans::Yes;
   Workspace& w = state_->workspace();
@@ -500,8 +500,8 @@ void Bf16Matmul::multiply(const Product& piece) {
   w.stream.wait();
 }
 
-Bf16Matmul& cpu_bf16_matmul() {
-  static Bf16Matmul matmul;
+Bf16Products& cpu_bf16_products() {
+  static Bf16Products matmul;
   return matmul;
 }
 

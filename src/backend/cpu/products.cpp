@@ -1,11 +1,12 @@
-// Matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), each piece of a product on
-// one thread (product_pieces.h), and the bias add and reduction that go with linear layers.
+// The products family: matrix products through oneDNN (sgemm in f32, the matmul primitive in bf16), each
+// piece of a product on one thread (product_pieces.h), the rounding of their bf16 operands, and the bias
+// add and reduction that go with linear layers.
 
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <algorithm>
 
-#include "backend/cpu/bf16_matmul.h"
+#include "backend/cpu/bf16_products.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -33,7 +34,7 @@ void CpuOps::multiply(const Product& product, Precision precision, ProductSplit 
     return;
   }
   if (precision == Precision::BF16) {
-    cpu_bf16_matmul().run(product, split);
+    cpu_bf16_products().run(product, split);
     return;
   }
   if (product.a.type != DType::F32 || product.b.type != DType::F32)
