@@ -2,7 +2,8 @@
 // Every op of the backend table (op_table.h) run on two backends from the same random inputs at one model's
 // shapes: how far the second backend's outputs are from the reference's (the CPU's), and the time each
 // takes. `zaya bench ops` prints it; the GPU tests hold the emulated GPU backend to bounds with it. It is
-// the op-by-op check DESIGN.md asks of every backend, runnable wherever that backend's hardware is.
+// the op-by-op check docs/ARCHITECTURE.md ("Principles") asks of every backend, runnable wherever that
+// backend's hardware is.
 
 #include <cstdint>
 #include <string>

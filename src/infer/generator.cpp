@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_governor.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 
 namespace zaya {
 

@@ -35,22 +35,7 @@ refused_at_start "--host 999.1.1.1 names --host" "--host" --host 999.1.1.1
 refused_at_start "--max-queued 100000 is refused" "--max-queued" --max-queued 100000
 refused_at_start "--max-running 100000 is refused" "--max-running" --max-running 100000
 
-# start_server NAME ARGS...: starts zaya serve on a free port, sets $port (0 when it did not start).
-start_server() {
-  local name=$1
-  shift
-  "$zaya" serve --model "$tmp/model" --port 0 "$@" 2> "$tmp/$name.log" &
-  pids+=($!)
-  server_pid=$!
-  port=0
-  for _ in $(seq 100); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" | grep -o '[0-9]*$')
-    [ -n "$port" ] && return
-    sleep 0.1
-  done
-  port=0
-  cat "$tmp/$name.log"
-}
+source "$here/serve_server.sh"
 
 # With an API key: requests without it are answered 401 before routing, and counted too.
 export ZAYA_TEST_KEY=sesame

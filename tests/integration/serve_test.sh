@@ -15,22 +15,7 @@ source "$(dirname "$0")/report.sh"
   "$zaya" init --preset tiny --out "$tmp/model" --seed 5 >> "$tmp/log" 2>&1 &&
   cp "$tmp/tokenizer.json" "$tmp/model/" || { cat "$tmp/log"; exit 1; }
 
-# start_server NAME ARGS...: starts zaya serve on a free port, sets $port (0 when it did not start).
-start_server() {
-  local name=$1
-  shift
-  "$zaya" serve --model "$tmp/model" --port 0 "$@" 2> "$tmp/$name.log" &
-  pids+=($!)
-  server_pid=$!
-  port=0
-  for _ in $(seq 100); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" | grep -o '[0-9]*$')
-    [ -n "$port" ] && return
-    sleep 0.1
-  done
-  port=0
-  cat "$tmp/$name.log"
-}
+source "$(dirname "$0")/serve_server.sh"
 
 start_server main --max-running 4
 [ "$port" != 0 ] && ok "serve: listening on port $port" || { fail "serve did not start"; report; exit 1; }

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <tuple>
 
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 
 namespace zaya {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 #include "core/buffer.h"
 #include "core/error.h"
 

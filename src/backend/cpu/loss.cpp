@@ -6,7 +6,7 @@
 
 #include "backend/cpu/bf16_products.h"
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 
 namespace zaya {
 

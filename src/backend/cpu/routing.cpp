@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/vec_math.h"
+#include "core/vec_math.h"
 
 namespace zaya {
 

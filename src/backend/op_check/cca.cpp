@@ -22,9 +22,8 @@ std::pair<std::vector<float>, std::vector<float>> rope_tables(const Sizes& s) {
   return {cos, sin};
 }
 
-}  // namespace
-
-void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
+// The q-k mean skip, forward and backward.
+void qk_mean_calls(const Sizes& s, std::vector<CallSpec>& calls) {
   const AttentionShape shape = s.attention(0);
   add(calls, "qk_mean_forward", cat("q, k of ", dims({s.T, s.C})), [s, shape](Call& c) {
     const auto qk = c.uniform("qk", s.T * s.C);        // [T, C]: q then k
@@ -41,6 +40,11 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
       ops.qk_mean_backward(a(dq_res), a(dk_res), s.T, s.C, shape, a(dqk));
     });
   });
+}
+
+// The two causal convolutions, forward, backward, and for one decoded token.
+void convolution_calls(const Sizes& s, std::vector<CallSpec>& calls) {
+  const AttentionShape shape = s.attention(0);
   const int64_t dw_rows = s.B * (s.S + s.k1 - 1);  // the depthwise output's positions
   const std::string conv = cat(dims({s.B, s.S, s.C}), ", kernels ", s.k0, " and ", s.k1,
                                s.precision == Precision::BF16 ? ", bf16" : "");
@@ -100,6 +104,10 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
                               a(out));
         });
       });
+}
+
+// The L2 norm with the key temperature, and RoPE.
+void norm_and_rope_calls(const Sizes& s, std::vector<CallSpec>& calls) {
   // The keys' norm, with the key temperature (the queries' is the same op without it).
   add(calls, "l2norm_forward", cat("keys ", dims({s.T, s.kv_heads, s.D}), " with temp"), [s](Call& c) {
     const auto x = c.uniform("x", s.T * s.KD, 2.0f);         // [T, KV, D]
@@ -134,6 +142,14 @@ void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
       ops.rope(a(x), s.B, s.S, s.heads, s.D, s.rotary, a(cos), a(sin), false);
     });
   });
+}
+
+}  // namespace
+
+void cca_calls(const Sizes& s, std::vector<CallSpec>& calls) {
+  qk_mean_calls(s, calls);
+  convolution_calls(s, calls);
+  norm_and_rope_calls(s, calls);
 }
 
 }  // namespace zaya::op_check

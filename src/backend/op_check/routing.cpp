@@ -47,9 +47,8 @@ RouterInputs router_inputs(Call& c, const Sizes& s) {
   return {c.uniform("logits", s.T * s.routes, 3.0f), c.uniform("biases", s.routes, 0.05f)};
 }
 
-}  // namespace
-
-void routing_calls(const Sizes& s, std::vector<CallSpec>& calls) {
+// The router: its choice, its statistics and auxiliary losses, each with its backward.
+void router_calls(const Sizes& s, std::vector<CallSpec>& calls) {
   const std::string logits = dims({s.T, s.routes});
   add(calls, "route_top1", logits, [s](Call& c) {
     const RouterInputs in = router_inputs(c, s);
@@ -110,6 +109,10 @@ void routing_calls(const Sizes& s, std::vector<CallSpec>& calls) {
       ops.router_aux_backward(a(probs), a(lse), s.T, s.routes, a(route_coef), 0.01f, a(dlogits));
     });
   });
+}
+
+// The experts' side: tokens grouped by expert, their rows moved, and the experts' SwiGLU.
+void expert_calls(const Sizes& s, std::vector<CallSpec>& calls) {
   add(calls, "group_by_expert", cat(dims({s.T}), " choices of ", s.routes, " routes"), [s](Call& c) {
     const auto choice = c.input("choice", random_choices(c, s.T, s.E));  // [T]
     const auto order = c.output<int32_t>("order", s.T);                  // [T]
@@ -163,6 +166,13 @@ void routing_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     c.run(
         [=](Ops& ops, const Placed& a) { ops.swiglu_backward(a(gate_up), a(dout), s.T, s.I, a(dgate_up)); });
   });
+}
+
+}  // namespace
+
+void routing_calls(const Sizes& s, std::vector<CallSpec>& calls) {
+  router_calls(s, calls);
+  expert_calls(s, calls);
 }
 
 }  // namespace zaya::op_check
