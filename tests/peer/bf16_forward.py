@@ -49,9 +49,9 @@ def main():
             ids = torch.randint(0, model.config.vocab_size, (2, 64), generator=gen)
             save_file({"input_ids": ids}, tmp / "in.safetensors")
             subprocess.run([zaya, "forward", "--model", str(model_dir), "--input", str(tmp / "in.safetensors"),
-                            "--output", str(tmp / "out.safetensors"), "--precision", "bf16"], check=True,
-                           capture_output=True)
-            ours = load_file(tmp / "out.safetensors")
+                            "--output", str(tmp / f"{preset}.out.safetensors"), "--precision", "bf16"],
+                           check=True, capture_output=True)
+            ours = load_file(tmp / f"{preset}.out.safetensors")
             with torch.no_grad():
                 exact = model(input_ids=ids, labels=ids)
                 with torch.autocast("cpu", dtype=torch.bfloat16):

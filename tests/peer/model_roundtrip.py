@@ -37,8 +37,8 @@ def main():
             ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=gen)
             save_file({"input_ids": ids}, tmp / "in.safetensors")
             run(zaya, "forward", "--model", str(model_dir), "--input", str(tmp / "in.safetensors"), "--output",
-                str(tmp / "out.safetensors"), "--grads")
-            ours = load_file(tmp / "out.safetensors")
+                str(model_dir.with_suffix(".out.safetensors")), "--grads")
+            ours = load_file(model_dir.with_suffix(".out.safetensors"))
             result = model(input_ids=ids, labels=ids)
             result.loss.backward()
             logit_error = float((ours["logits"] - result.logits).abs().max() / result.logits.abs().max())
