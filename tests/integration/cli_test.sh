@@ -61,9 +61,11 @@ check "tokenizer train on an empty corpus" 1 "field '--input': no text to learn 
 if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
   # As nobody, in a directory nobody may use, with a subdirectory nobody may not read.
   chmod 755 "$tmp" && mkdir -p "$tmp/shared/corpus/locked" && chmod 777 "$tmp/shared"
+  # Everything nobody reads is here: the checkout itself may be in a directory only root enters.
   echo "text" > "$tmp/shared/corpus/a.txt" && chmod 000 "$tmp/shared/corpus/locked"
+  cp "$fixtures/tokenizer/byte_level.json" "$tmp/shared/tokenizer.json" && chmod 644 "$tmp/shared/tokenizer.json"
   check "an unreadable subdirectory of the input is named" 1 "corpus/locked: cannot list: Permission denied" -- \
-    setpriv --reuid=65534 --regid=65534 --clear-groups "$zaya" prepare --tokenizer "$fixtures/tokenizer/byte_level.json" \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$zaya" prepare --tokenizer "$tmp/shared/tokenizer.json" \
     --input "$tmp/shared/corpus" --output "$tmp/shared/out"
   check "an unreadable subdirectory of tokenizer train's input is named" 1 "corpus/locked: cannot list" -- \
     setpriv --reuid=65534 --regid=65534 --clear-groups "$zaya" tokenizer train --input "$tmp/shared/corpus" \
