@@ -73,8 +73,8 @@ std::vector<std::string> check_datasets(const TrainConfig& config, const Tokeniz
 }
 
 std::vector<std::string> check_resume(const std::string& checkpoint_dir, const TrainerState& state,
-                                      const TrainConfig& config, const Tokenizer& tokenizer,
-                                      ZayaConfig configured) {
+                                      const ZayaConfig& checkpoint, const TrainConfig& config,
+                                      const Tokenizer& tokenizer, ZayaConfig configured) {
   const fs::path dir(checkpoint_dir);
   const fs::path recorded_tokenizer = dir / "tokenizer.json";
   if (fs::exists(recorded_tokenizer)) {
@@ -94,7 +94,6 @@ std::vector<std::string> check_resume(const std::string& checkpoint_dir, const T
     for (auto& [type, rope] : configured.rope_parameters)
       rope.rope_theta = config.stages[size_t(s)].rope_theta;
   }
-  const ZayaConfig checkpoint = load_config((dir / "config.json").string());
   const std::string difference = model_difference(checkpoint, configured);
   if (!difference.empty()) {
     throw Error(cat("describes another model than the checkpoint it would resume (", checkpoint_dir, "): ",

@@ -29,13 +29,14 @@ void claim_run_directory(const std::string& run_dir, bool force);
 // log (datasets from elsewhere).
 std::vector<std::string> check_datasets(const TrainConfig& config, const Tokenizer& tokenizer, int64_t vocab);
 
-// A resumed run against its checkpoint: the tokenizer must be the one it was made with (by fingerprint), and
-// the model the configuration describes (`configured`, resolved as for a new run) the checkpoint's, with the
-// RoPE theta of the checkpoint's stage applied as the run applies it (model_difference). Throws Error naming
+// A resumed run against its checkpoint (`state` and `checkpoint`: its trainer_state.json and config.json,
+// read once by the caller): the tokenizer must be the one it was made with (by fingerprint), and the model
+// the configuration describes (`configured`, resolved as for a new run) the checkpoint's, with the RoPE theta
+// of the checkpoint's stage applied as the run applies it (model_difference). Throws Error naming
 // data.tokenizer or the model's field otherwise. Returns the settings changed since the checkpoint was
 // written ("optimizer.lr: 0.006 -> 0.004"), which the run applies from here on.
 std::vector<std::string> check_resume(const std::string& checkpoint_dir, const TrainerState& state,
-                                      const TrainConfig& config, const Tokenizer& tokenizer,
-                                      ZayaConfig configured);
+                                      const ZayaConfig& checkpoint, const TrainConfig& config,
+                                      const Tokenizer& tokenizer, ZayaConfig configured);
 
 }  // namespace zaya

@@ -38,14 +38,15 @@ namespace {
 
 // The run's precision: as configured, and for "auto" decided by rank 0 for every rank: as the run began (its
 // checkpoints record it, so that a resumed run multiplies as before whatever a measurement would choose now),
-// or for a new run measured on the first stage's micro-batch.
-PrecisionChoice run_precision(const TrainConfig& config, const std::string& resume, const Device& device,
-                              const ModelDims& dims, Communicator& comm) {
+// or for a new run measured on the first stage's micro-batch. `recorded`: what rank 0 read in the resumed
+// checkpoint ("" for a new run, or a checkpoint from before precisions were kept).
+PrecisionChoice run_precision(const TrainConfig& config, const std::string& resume,
+                              const std::string& recorded, const Device& device, const ModelDims& dims,
+                              Communicator& comm) {
   if (config.run.precision != "auto")
     return resolve_precision(config.run.precision, device, {}, "run.precision");
   std::string decided;  // "<name>\n<description>"
   if (comm.rank() == 0) {
-    const std::string recorded = resume.empty() ? "" : read_trainer_state(resume).precision;
     PrecisionChoice choice;
     if (recorded.empty()) {
       const int64_t rows = config.batch.micro_batch * config.stages.front().seq_len;
@@ -141,11 +142,12 @@ void TrainingRun::check_inputs() {
   configured_ = resolve_model_config(config_, tokenizer_->vocab_size(), tokenizer_->pad_id(),
                                      tokenizer_->bos_id(), tokenizer_->eos_id());
   model_config_ = resume_.empty() ? configured_ : load_config((fs::path(resume_) / "config.json").string());
+  if (leader_ && !resume_.empty()) resumed_state_ = read_trainer_state(resume_);
   if (leader_) {
     // A resume with another tokenizer is said as such, before its datasets are found to be of the other.
     if (!resume_.empty())
       changed_settings_ =
-          check_resume(resume_, read_trainer_state(resume_), config_, *tokenizer_, configured_);
+          check_resume(resume_, resumed_state_, model_config_, config_, *tokenizer_, configured_);
     input_notes_ = check_datasets(config_, *tokenizer_, model_config_.vocab_size);
   }
   comm_->all_gather_strings("");  // every rank waits for those checks (a failing one ends the job)
@@ -177,7 +179,7 @@ void TrainingRun::build_model() {
   const OptimizerShards dense = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks_);
   const OptimizerShards experts =
       plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), expert_holders.size());
-  precision_ = run_precision(config_, resume_, device_, dims_, *comm_);
+  precision_ = run_precision(config_, resume_, resumed_state_.precision, device_, dims_, *comm_);
   const std::vector<std::pair<int64_t, int64_t>> owned = {dense.range(rank_),
                                                           experts.range(expert_holders.rank())};
   optimizer_ = std::make_unique<Optimizer>(*params_, config_.optimizer, ops, owned, precision_.precision);

@@ -107,8 +107,9 @@ class TrainingRun {
 
   Device device_;
   std::optional<Tokenizer> tokenizer_;
-  std::string resume_;         // the checkpoint resumed, or "" for a new run
-  std::string resume_reason_;  // why that one
+  std::string resume_;          // the checkpoint resumed, or "" for a new run
+  std::string resume_reason_;   // why that one
+  TrainerState resumed_state_;  // as the checkpoint records it (read on rank 0, for the checks)
   ZayaConfig configured_, model_config_;
   std::vector<std::string> input_notes_, changed_settings_;
 
