@@ -25,16 +25,12 @@ FileStamp stamp_from(const json& recorded, const std::string& path) {
           json_int64(recorded.at("modified_ns"), path, "modified_ns")};
 }
 
-// PREFIX.zaya.json parsed; nullopt when there is none or it cannot be read.
+// PREFIX.zaya.json parsed; nullopt when there is none. Throws Error naming it when it cannot be read.
 std::optional<json> read_record(const std::string& prefix) {
   const std::string path = provenance_path(prefix);
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
-  try {
-    return parse_json(read_text_file(path), path);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
+  return parse_json(read_text_file(path), path);
 }
 
 }  // namespace
@@ -44,9 +40,9 @@ std::string provenance_path(const std::string& prefix) {
 }
 
 bool dataset_files_are_zayas(const std::string& prefix) {
-  const std::optional<json> record = read_record(prefix);
-  if (!record) return false;
   try {
+    const std::optional<json> record = read_record(prefix);
+    if (!record) return false;
     for (const std::string name : {"bin", "idx"}) {
       const std::string file = prefix + "." + name;
       const std::optional<FileStamp> stamp = file_stamp(file);
@@ -56,7 +52,7 @@ bool dataset_files_are_zayas(const std::string& prefix) {
         known = known || stamp_from(record->at("replaces").at(name), file) == *stamp;
       if (!known) return false;
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception&) {  // a record that cannot be read vouches for nothing
     return false;
   }
   return true;
@@ -87,11 +83,11 @@ void write_dataset_provenance(const std::string& prefix, const DatasetProvenance
 
 std::optional<DatasetProvenance> read_dataset_provenance(const std::string& prefix) {
   const std::string path = provenance_path(prefix);
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
+  const std::optional<json> record = read_record(prefix);
+  if (!record) return std::nullopt;
   DatasetProvenance p;
   try {
-    const json doc = parse_json(read_text_file(path), path);
+    const json& doc = *record;
     for (const std::string name : {"bin", "idx"}) {
       // Changed since, or not yet in place: the record does not describe the dataset there.
       if (file_stamp(prefix + "." + name) != stamp_from(doc.at("files").at(name), path)) return std::nullopt;
