@@ -36,11 +36,9 @@ void run_export(const ExportArgs& args) {
   // --out is checked before the model is read: the files it will hold follow from the configuration.
   const SaveOptions save{args.dtype};
   const fs::path tokenizer = fs::path(source) / "tokenizer.json";
-  std::vector<std::string> files = model_file_names(
-      ParameterTable(model_dims(load_config((fs::path(source) / "config.json").string()))), save);
-  if (fs::exists(tokenizer))
-    files.insert(files.end(), kModelTokenizerFiles.begin(), kModelTokenizerFiles.end());
-  OutputDirectory out(args.out, "--out", args.force, files);
+  OutputDirectory out(args.out, "--out", args.force,
+                      model_directory_files(load_config((fs::path(source) / "config.json").string()), save,
+                                            fs::exists(tokenizer)));
   const LoadedModel model = load_model(source);
   save_model(model.config, *model.params, out.staging(), save);
   if (fs::exists(tokenizer))

@@ -42,10 +42,8 @@ void run_init(const InitArgs& args) {
     if (tokenizer.eos_id()) config.eos_token_id.push_back(*tokenizer.eos_id());
   }
   const SaveOptions save{args.dtype};
-  std::vector<std::string> files = model_file_names(ParameterTable(model_dims(config)), save);
-  if (!args.tokenizer.empty())
-    files.insert(files.end(), kModelTokenizerFiles.begin(), kModelTokenizerFiles.end());
-  OutputDirectory out(args.out, "--out", args.force, files);
+  OutputDirectory out(args.out, "--out", args.force,
+                      model_directory_files(config, save, !args.tokenizer.empty()));
   ParameterStore params(model_dims(config));
   init_parameters(params, config.initializer_range, args.seed);
   save_model(config, params, out.staging(), save);

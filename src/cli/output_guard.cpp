@@ -7,6 +7,9 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/model_tokenizer_files.h"
+#include "model/model_dims.h"
+#include "model/model_io.h"
 
 namespace zaya::cli {
 namespace {
@@ -59,6 +62,13 @@ void check_output_file(const std::string& output, const std::string& option,
   }
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+std::vector<std::string> model_directory_files(const ZayaConfig& config, const SaveOptions& save,
+                                               bool with_tokenizer) {
+  std::vector<std::string> files = model_file_names(ParameterTable(model_dims(config)), save);
+  if (with_tokenizer) files.insert(files.end(), kModelTokenizerFiles.begin(), kModelTokenizerFiles.end());
+  return files;
 }
 
 }  // namespace zaya::cli

@@ -8,6 +8,11 @@
 #include <string>
 #include <vector>
 
+namespace zaya {
+struct SaveOptions;
+struct ZayaConfig;
+}  // namespace zaya
+
 namespace zaya::cli {
 
 // Throws Error naming `option` when `output` (its value) is one of `inputs`, unless force.
@@ -19,5 +24,11 @@ void refuse_input_as_output(const std::string& output, const std::string& option
 // exists and takes a new file (tried). Throws Error naming the option otherwise.
 void check_output_file(const std::string& output, const std::string& option,
                        const std::vector<std::string>& inputs, bool force, bool ours = false);
+
+// The files of a model directory that export and init write for `config` saved as `save`: the weights
+// (one file or shards and their index), config.json and generation_config.json, and the tokenizer's two
+// files `with_tokenizer` (what OutputDirectory claims).
+std::vector<std::string> model_directory_files(const ZayaConfig& config, const SaveOptions& save,
+                                               bool with_tokenizer);
 
 }  // namespace zaya::cli
