@@ -10,14 +10,6 @@
 
 namespace zaya {
 
-std::optional<SequenceEvent> Sequence::next_event(std::chrono::steady_clock::time_point until) {
-  std::unique_lock lock(mutex_);
-  if (!ready_.wait_until(lock, until, [&] { return !events_.empty(); })) return std::nullopt;
-  SequenceEvent event = std::move(events_.front());
-  events_.pop_front();
-  return event;
-}
-
 std::optional<SequenceEvent> Sequence::try_next_event() {
   std::lock_guard lock(mutex_);
   if (events_.empty()) return std::nullopt;
@@ -31,7 +23,6 @@ void Sequence::post(SequenceEvent event) {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));
   }
-  ready_.notify_all();
   if (on_event_) on_event_();
 }
 

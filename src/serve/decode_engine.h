@@ -61,8 +61,6 @@ class Sequence {
       : request_(std::move(request)), on_event_(std::move(on_event)) {}
   const SequenceRequest& request() const { return request_; }
 
-  // Request side: the next event, or nullopt when none came before `until`.
-  std::optional<SequenceEvent> next_event(std::chrono::steady_clock::time_point until);
   // Request side: the next event if one is waiting.
   std::optional<SequenceEvent> try_next_event();
   // Request side: the client left, or the text reached a stop string; the engine drops it before its next
@@ -78,7 +76,6 @@ class Sequence {
   std::function<void()> on_event_;
   std::atomic<bool> cancelled_{false};
   std::mutex mutex_;
-  std::condition_variable ready_;
   std::deque<SequenceEvent> events_;
 };
 
