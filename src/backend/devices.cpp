@@ -16,25 +16,40 @@ std::optional<GpuBackend>& registered() {
 }  // namespace
 
 void register_gpu_backend(const GpuBackend& backend) {
-  registered() = backend;
+  if (backend.language)
+    registered() = backend;
+  else
+    registered().reset();
 }
 
-Device select_device(const std::string& setting, const char* field) {
+Device select_device(const std::string& setting, const char* field, const char* host_only_work) {
   if (!is_device_name(setting)) {
     throw Error("expected \"auto\", \"cpu\", \"cuda\" or \"hip\", got \"" + setting + "\"").field(field);
   }
   const std::optional<GpuBackend>& gpu = registered();
-  const bool gpu_present = gpu && gpu->device_count() > 0;
-  if (setting == "cpu" || (setting == "auto" && !gpu_present)) return {"cpu", "cpu", &cpu_ops()};
-  if (setting != "auto") {
-    if (!gpu || setting != gpu->language) {
-      throw Error(
-          cat("this zaya was built ",
-              gpu ? cat("with the ", gpu->language, " GPU backend, not ", setting)
-                  : cat("without a GPU backend (", setting, " needs its toolkit when zaya is built)")))
-          .field(field);
-    }
-    if (!gpu_present) throw Error(cat("no ", setting, " device is present on this machine")).field(field);
+  const Device cpu{"cpu", "cpu", &cpu_ops()};
+  const bool automatic = setting == "auto";
+  if (setting == "cpu" || (automatic && (!gpu || host_only_work))) return cpu;
+  if (!automatic && (!gpu || setting != gpu->language)) {
+    throw Error(cat("this zaya was built ",
+                    gpu ? cat("with the ", gpu->language, " GPU backend, not ", setting)
+                        : cat("without a GPU backend (", setting, " needs its toolkit when zaya is built)")))
+        .field(field);
+  }
+  int count = 0;
+  try {
+    count = gpu->device_count();
+  } catch (const Error& e) {  // a driver that fails is reported, never taken for a machine without a GPU
+    throw Error(cat(e.message(), "; choose cpu to run without it")).field(field);
+  }
+  if (count == 0) {
+    if (automatic) return cpu;
+    throw Error(cat("no ", setting, " device is present on this machine")).field(field);
+  }
+  if (host_only_work) {
+    throw Error(cat("the ", setting, " backend cannot run ", host_only_work,
+                    " yet (only the CPU backend has it): choose cpu"))
+        .field(field);
   }
   return {gpu->language, cat(gpu->language, ": ", gpu->device_name()), &gpu->ops()};
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The devices a command can run on: the CPU always, and a GPU where this program was built with a GPU
-// backend (which the program registers at start: src/cli/main.cpp; the GPU tests register the emulator) and
-// the machine has one. Library code asks here, so that it never depends on a GPU library itself.
+// backend (which the program registers at start: src/cli/main.cpp) and the machine has one. This is the one
+// door to a device: every command and the trainer ask select_device, so library code never depends on a
+// GPU library itself.
 
 #include <string>
 
@@ -17,6 +18,7 @@ struct GpuBackend {
   std::string (*device_name)() = nullptr;
 };
 
+// The backend select_device offers; registering an empty GpuBackend (no language) takes it away.
 void register_gpu_backend(const GpuBackend& backend);
 
 struct Device {
@@ -28,7 +30,10 @@ struct Device {
 
 // "cpu", a GPU language ("cuda", "hip", "emulated") or "auto" (the GPU where this program has a backend and
 // the machine a device, else the CPU). Throws Error naming `field` when the device asked for is not here.
-Device select_device(const std::string& setting, const char* field);
+// `host_only_work`, when given, names what the command runs that only the CPU backend has yet (say,
+// "incremental decoding"): "auto" then takes the CPU, and a GPU asked for by name is refused with an
+// error naming that work, never quietly replaced by the CPU.
+Device select_device(const std::string& setting, const char* field, const char* host_only_work = nullptr);
 
 // Whether `setting` can name a device at all (a config is checked before anything runs). Inline: the
 // config's parser uses it without the backends.

@@ -112,10 +112,8 @@ inline constexpr std::array kOpNames{
 #include "backend/op_table.h"
 };
 
-// The CPU implementation: oneDNN for matrix products, OpenMP for everything else.
+// The CPU implementation: oneDNN for matrix products, OpenMP for everything else. A GPU's is reached
+// through select_device (devices.h).
 Ops& cpu_ops();
-// The GPU implementation (backend/gpu/), on this process's device; defined only in a build with a GPU
-// backend (or the emulator's tests). Throws Error where there is no GPU.
-Ops& gpu_ops();
 
 }  // namespace zaya

@@ -18,6 +18,7 @@
 #include "backend/precision_policy.h"
 #include "backend/throughput.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/model_source.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -240,6 +241,7 @@ struct DecodeArgs {
   int64_t batch = 8, prompt = 64, new_tokens = 64;
   int runs = 3;
   std::string precision = "auto";
+  std::string device = "auto";
   bool profile = false;
 };
 
@@ -287,7 +289,8 @@ DecodeSeconds time_decode(ZayaModel& model, const ModelDims& dims, const DecodeA
 // Decode tokens/s of one sequence and of `batch` together, alternated run by run (the same machine state
 // for both), each after an untimed warm-up run; then optionally a profiled batched run.
 void run_decode_bench(const DecodeArgs& args) {
-  Ops& ops = cpu_ops();
+  const Device device = select_device(args.device, "--device", kDecodingAndScoring);
+  Ops& ops = *device.ops;
   LoadedModel model = bench_model(args.source, 0);
   step_tokens(args.batch, args.prompt);  // the prefill's tokens, within what its sizes hold
   const int64_t context = model.config.max_position_embeddings;
@@ -297,8 +300,8 @@ void run_decode_bench(const DecodeArgs& args) {
         .field("--prompt");
   }
   const ModelDims& dims = model.params->dims();
-  const PrecisionChoice choice = resolve_precision(args.precision, select_device("cpu", "--device"),
-                                                   dominant_products(dims, args.batch), "--precision");
+  const PrecisionChoice choice =
+      resolve_precision(args.precision, device, dominant_products(dims, args.batch), "--precision");
   const Precision precision = choice.precision;
   ZayaModel zaya(*model.params, ops, precision);
   // One sequence, and the batch beside it unless the batch is one sequence too.
@@ -346,14 +349,20 @@ struct OptimizerArgs {
   int64_t batch = 16, seq = 512;
   int steps = 3;
   std::string precision = "auto";
+  std::string device = "auto";
 };
 
 // The optimizer's step time next to the forward+backward time of one batch, on real gradients.
 void run_optimizer_bench(const OptimizerArgs& args) {
+  const Device device = select_device(args.device, "--device");  // before building a large model
+  Ops& ops = *device.ops;
   ZayaConfig config = args.source.config();
   keep_layers(config, args.layers);
-  ParameterStore params(model_dims(config));
-  init_parameters(params, config.initializer_range, 0);
+  ParameterStore initial(model_dims(config));
+  init_parameters(initial, config.initializer_range, 0);
+  std::unique_ptr<ParameterStore> placed =
+      device.on_host() ? nullptr : place_parameters(initial, ops.memory());
+  ParameterStore& params = placed ? *placed : initial;
   const ModelDims& dims = params.dims();
   const int64_t tokens = step_tokens(args.batch, args.seq);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
@@ -361,20 +370,21 @@ void run_optimizer_bench(const OptimizerArgs& args) {
   for (int64_t t = 0; t < tokens; ++t) ids[size_t(t)] = int32_t(rng.bits(uint64_t(t)) % uint32_t(dims.vocab));
   const std::vector<int32_t> labels = shifted_labels(ids.data(), args.batch, args.seq);
 
-  Ops& ops = cpu_ops();
-  const Precision precision = resolve_precision(args.precision, select_device("cpu", "--device"),
-                                                dominant_products(dims, tokens), "--precision")
-                                  .precision;
+  const Precision precision =
+      resolve_precision(args.precision, device, dominant_products(dims, tokens), "--precision").precision;
   ZayaModel model(params, ops, precision);
   Optimizer optimizer(params, {}, ops, {}, precision);
   std::vector<double> forward_backward, step, muon, adamw;
   for (int i = 0; i < kWarmUpSteps + args.steps; ++i) {
     params.zero_grads();
+    ops.synchronize();
     const auto start = std::chrono::steady_clock::now();
     model.forward_backward({ids.data(), labels.data(), nullptr, args.batch, args.seq}, 1.0f / float(tokens));
+    ops.synchronize();
     const auto middle = std::chrono::steady_clock::now();
     const OptimizerStepStats stats = optimizer.step(1.0);
     model.weights_changed();  // the bf16 copies are part of a step's update
+    ops.synchronize();
     const auto end = std::chrono::steady_clock::now();
     if (i < kWarmUpSteps) continue;
     forward_backward.push_back(std::chrono::duration<double>(middle - start).count());
@@ -387,14 +397,17 @@ void run_optimizer_bench(const OptimizerArgs& args) {
     (a.optimizer == OptimizerKind::Muon ? muon_params : adamw_params) += a.param->numel();
   }
   const double fb = median(forward_backward), opt = median(step);
-  std::printf("%s, %lld layers: %.3g M parameters (Muon %.3g M, AdamW %.3g M), %d threads, precision %s\n",
-              args.source.describe().c_str(), (long long)dims.layers,
-              double(muon_params + adamw_params) / 1e6, double(muon_params) / 1e6, double(adamw_params) / 1e6,
-              num_threads(), std::string(precision_name(precision)).c_str());
   std::printf(
-      "forward+backward of %lld tokens: %.3f s; optimizer step: %.3f s (Muon %.3f s, AdamW %.3f s), medians "
-      "of %d\n",
-      (long long)tokens, fb, opt, median(muon), median(adamw), args.steps);
+      "%s, %lld layers: %.3g M parameters (Muon %.3g M, AdamW %.3g M), %s, %d threads, precision %s\n",
+      args.source.describe().c_str(), (long long)dims.layers, double(muon_params + adamw_params) / 1e6,
+      double(muon_params) / 1e6, double(adamw_params) / 1e6, device.description.c_str(), num_threads(),
+      std::string(precision_name(precision)).c_str());
+  // The optimizer times its halves on the host, which on a GPU is when their kernels were queued.
+  char split[64] = "";
+  if (device.on_host())
+    std::snprintf(split, sizeof split, " (Muon %.3f s, AdamW %.3f s)", median(muon), median(adamw));
+  std::printf("forward+backward of %lld tokens: %.3f s; optimizer step: %.3f s%s, medians of %d\n",
+              (long long)tokens, fb, opt, split, args.steps);
   std::printf("optimizer / forward+backward = %.3f at %lld tokens per step\n", opt / fb, (long long)tokens);
   // The optimizer's work (Muon's Newton-Schulz above all) is the same for any batch, while forward+backward
   // grows with the tokens an optimizer step accumulates: the batch from which the step costs 5% of it.
@@ -499,7 +512,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   step->add_option("--layers", args->layers, "keep only the first N layers of a preset or config (0: all)")
       ->check(non_negative());
-  step->add_option("--device", args->device, "auto (a GPU where there is one), cpu, cuda or hip");
+  add_device_option(*step, args->device);
   step->add_option("--peak-tflops", args->peak_tflops,
                    "the device's peak in TFLOP/s (its data sheet): MFU is also printed against it")
       ->check(non_negative());
@@ -520,6 +533,7 @@ void add_bench_command(CLI::App& app) {
       ->check(positive());
   optimizer->add_option("--precision", opt_args->precision, "of the products: auto, fp32, bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  add_device_option(*optimizer, opt_args->device);
   optimizer->callback([opt_args] { run_optimizer_bench(*opt_args); });
 
   auto decode_args = std::make_shared<DecodeArgs>();
@@ -538,6 +552,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   decode->add_flag("--profile", decode_args->profile,
                    "then a batched run with each op timed on its own: where a decode step's time goes");
+  add_device_option(*decode, decode_args->device);
   decode->callback([decode_args] { run_decode_bench(*decode_args); });
 
   auto ops_args = std::make_shared<OpsArgs>();

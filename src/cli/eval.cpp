@@ -11,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/output_guard.h"
 #include "cli/validators.h"
@@ -28,7 +29,7 @@ using json = nlohmann::json;
 
 struct EvalArgs {
   std::string model, tokenizer, json_out;
-  std::string precision;
+  std::string device, precision;
   std::vector<std::string> tasks, texts, datasets;
   int64_t limit = 0, max_length = 0;
   bool force = false;
@@ -147,7 +148,8 @@ void run_eval(const EvalArgs& args) {
   // Read every input before the model runs: a bad line in the last file fails at once.
   std::vector<TaskFile> tasks;
   for (const std::string& path : args.tasks) tasks.push_back(read_task_file(path, args.limit));
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision, 4096);
+  ModelWithTokenizer loaded =
+      load_model_with_tokenizer(args.model, args.tokenizer, args.device, args.precision, 4096);
   if (args.precision == "auto") std::fprintf(stderr, "zaya eval: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
   const int64_t context = loaded.model.config.max_position_embeddings;
@@ -164,7 +166,7 @@ void run_eval(const EvalArgs& args) {
     throw Error("has no end-of-text or beginning-of-text token to start a text with")
         .file(loaded.tokenizer_path);
   }
-  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
+  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
 
   json report = {{"model", args.model}, {"tasks", json::array()}, {"text", json::array()}};
   for (const TaskFile& task : tasks)
@@ -213,6 +215,7 @@ void add_eval_command(CLI::App& app) {
                    "tokens the model reads at once (default: max_position_embeddings)")
       ->check(positive());
   command->add_flag("--force", args->force, "replace the file at --json, or write it over an input");
+  add_device_option(*command, args->device);
   add_precision_option(*command, args->precision);
   command->callback([args] { run_eval(*args); });
 }

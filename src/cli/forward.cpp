@@ -9,6 +9,7 @@
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/output_guard.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -149,7 +150,7 @@ void add_forward_command(CLI::App& app) {
   command->add_flag("--grads", args->grads, "also write grad.<name> of the mean loss for every parameter");
   command->add_option("--precision", args->precision, "of the products: fp32 (default), bf16, or auto")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
-  command->add_option("--device", args->device, "auto (a GPU where there is one), cpu, cuda or hip");
+  add_device_option(*command, args->device);
   command->callback([args] { run_forward(*args); });
 }
 

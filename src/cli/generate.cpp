@@ -7,6 +7,7 @@
 
 #include "backend/ops.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -19,16 +20,17 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, tokenizer;
-  std::string precision;
+  std::string device, precision;
   SamplingOptions sampling;
 };
 
 void run_generate(const GenerateArgs& args) {
-  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.precision, 1);
+  ModelWithTokenizer loaded =
+      load_model_with_tokenizer(args.model, args.tokenizer, args.device, args.precision, 1);
   if (args.precision == "auto")
     std::fprintf(stderr, "zaya generate: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
-  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
+  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
   SamplingOptions options = args.sampling;
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;
@@ -78,6 +80,7 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-k", args->sampling.top_k, "sample from the k most likely tokens (0: all)")
       ->check(non_negative());
   command->add_option("--seed", args->sampling.seed, "random seed");
+  add_device_option(*command, args->device);
   add_precision_option(*command, args->precision);
   command->callback([args] { run_generate(*args); });
 }

@@ -16,13 +16,11 @@
 
 #if defined(ZAYA_GPU_BACKEND)
 #include "backend/gpu/device.h"
-#include "backend/ops.h"
 #endif
 
 int main(int argc, char** argv) {
 #if defined(ZAYA_GPU_BACKEND)
-  zaya::register_gpu_backend(
-      {zaya::gpu::language_name(), zaya::gpu_ops, zaya::gpu::device_count, zaya::gpu::device_name});
+  zaya::register_gpu_backend(zaya::gpu::backend());
 #endif
   CLI::App app{"zaya: train Mixture-of-Experts language models of the ZAYA1 architecture", "zaya"};
   app.set_version_flag("--version", "zaya " ZAYA_VERSION);

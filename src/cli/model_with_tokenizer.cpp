@@ -3,24 +3,25 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
-#include "backend/devices.h"
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "model/model_dims.h"
 
 namespace zaya::cli {
 
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
+                                             const std::string& device_setting,
                                              const std::string& precision_setting, int64_t rows_per_pass) {
+  const Device device = select_device(device_setting, "--device", kDecodingAndScoring);
   // "auto" measures the model's products before its weights are read (in bf16 the experts load as bf16).
   std::vector<ProductShape> products;
   if (precision_setting == "auto") {
     products = dominant_products(
         model_dims(load_config((std::filesystem::path(model_dir) / "config.json").string())), rows_per_pass);
   }
-  const PrecisionChoice choice =
-      resolve_precision(precision_setting, select_device("cpu", "--device"), products, "--precision");
+  const PrecisionChoice choice = resolve_precision(precision_setting, device, products, "--precision");
   const Precision precision = choice.precision;
   const std::string path = tokenizer_path.empty()
                                ? (std::filesystem::path(model_dir) / "tokenizer.json").string()
@@ -33,7 +34,7 @@ ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const
         cat("has ", tokenizer.vocab_size(), " tokens, more than the model's ", model.params->dims().vocab))
         .file(path);
   }
-  return {std::move(model), std::move(tokenizer), path, precision, choice.description};
+  return {std::move(model), std::move(tokenizer), path, device, precision, choice.description};
 }
 
 void add_precision_option(CLI::App& command, std::string& setting) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/devices.h"
 #include "core/precision.h"
 #include "model/model_io.h"
 #include "tokenizer/tokenizer.h"
@@ -19,16 +20,19 @@ struct ModelWithTokenizer {
   LoadedModel model;
   Tokenizer tokenizer;
   std::string tokenizer_path;
-  Precision precision;                // the one to build the ZayaModel in: its store was loaded for it
+  Device device;        // the model's ops: the CPU's until the GPU backend decodes (kDecodingAndScoring)
+  Precision precision;  // the one to build the ZayaModel in: its store was loaded for it
   std::string precision_description;  // for the log: the precision, and how "auto" chose it
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
-// model has no embedding for. The model only runs forward, in the precision `precision_setting` (a
-// --precision, see add_precision_option) resolves to on the CPU ("auto": measured on the products of passes
-// over `rows_per_pass` rows, the command's usual): in bf16 it holds its expert weights as bf16 alone
+// model has no embedding for, or when `device_setting` (a --device) names a device that cannot decode and
+// score. The model only runs forward, in the precision `precision_setting` (a --precision, see
+// add_precision_option) resolves to on that device ("auto": measured on the products of passes over
+// `rows_per_pass` rows, the command's usual): in bf16 it holds its expert weights as bf16 alone
 // (ExpertValues::Bf16).
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
+                                             const std::string& device_setting,
                                              const std::string& precision_setting, int64_t rows_per_pass);
 
 // Those commands' --precision (fp32, bf16 or auto; fp32 by default, transformers' numbers, as scoring

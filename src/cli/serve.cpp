@@ -15,6 +15,7 @@
 
 #include "backend/ops.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/model_with_tokenizer.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -29,7 +30,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, tokenizer;
-  std::string precision;
+  std::string device, precision;
   bool api_key_given = false;  // --api-key or ZAYA_API_KEY, even empty
   ServeOptions options;
 };
@@ -88,11 +89,11 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  ModelWithTokenizer loaded =
-      load_model_with_tokenizer(args.model, args.tokenizer, args.precision, args.options.max_running);
+  ModelWithTokenizer loaded = load_model_with_tokenizer(args.model, args.tokenizer, args.device,
+                                                        args.precision, args.options.max_running);
   if (args.precision == "auto")
     std::fprintf(stderr, "zaya serve: %s\n", loaded.precision_description.c_str());
-  ZayaModel model(*loaded.model.params, cpu_ops(), loaded.precision);
+  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;
   check_cache_memory(model.params().dims(), options);
@@ -170,6 +171,7 @@ void add_serve_command(CLI::App& app) {
       ->check(in_range(1024, 1 << 20));
   command->add_option("--max-body-bytes", c.http.max_body_bytes, "a request's body at most (413 beyond)")
       ->check(in_range(1024, double(int64_t(1) << 30)));
+  add_device_option(*command, args->device);
   add_precision_option(*command, args->precision);
   command->callback([args, api_key] {
     args->api_key_given = api_key->count() > 0 || std::getenv("ZAYA_API_KEY") != nullptr;

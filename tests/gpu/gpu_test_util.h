@@ -20,15 +20,15 @@ template <class T>
 class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& values)
-      : buffer_(values.size() * sizeof(T), gpu_ops().memory()), count_(values.size()) {
-    gpu_ops().copy_from_host(buffer_.data(), values.data(), values.size() * sizeof(T));
+      : buffer_(values.size() * sizeof(T), gpu::ops().memory()), count_(values.size()) {
+    gpu::ops().copy_from_host(buffer_.data(), values.data(), values.size() * sizeof(T));
   }
   explicit DeviceArray(size_t count) : DeviceArray(std::vector<T>(count)) {}
   T* data() { return buffer_.as<T>(); }
   size_t size() const { return count_; }
   std::vector<T> host() {
     std::vector<T> values(count_);
-    gpu_ops().read_to_host(values.data(), buffer_.data(), count_ * sizeof(T));
+    gpu::ops().read_to_host(values.data(), buffer_.data(), count_ * sizeof(T));
     return values;
   }
 
@@ -48,7 +48,7 @@ testing::AssertionResult close(const std::vector<float>& gpu, const std::vector<
 class GpuOpsTest : public testing::Test {
  protected:
   void SetUp() override;
-  Ops& gpu() { return gpu_ops(); }
+  Ops& gpu() { return gpu::ops(); }
   Ops& cpu() { return cpu_ops(); }
 };
 

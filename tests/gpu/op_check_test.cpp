@@ -61,7 +61,7 @@ void expect_within_bounds(Precision precision) {
   options.precision = precision;
   options.repeats = 1;  // the emulator is slow; its times mean nothing anyway
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<OpCheckResult> results = check_ops(tiny_shape(), cpu_ops(), gpu_ops(), options);
+  const std::vector<OpCheckResult> results = check_ops(tiny_shape(), cpu_ops(), gpu::ops(), options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   expect_every_op(results);
   for (const OpCheckResult& r : results) {

@@ -140,6 +140,16 @@ check "bench step on a GPU this build cannot use (no build links HIP yet)" 1 "fi
   "$zaya" bench step --preset tiny --device hip
 check "forward on a GPU this build cannot use" 1 "field '--device'" -- \
   "$zaya" forward --model "$tmp/tiny" --input "$tmp/ids.safetensors" --output "$tmp/gpu_out.safetensors" --device hip
+for command in "generate --prompt x" "eval --text $fixtures/eval/text.txt" serve; do
+  check "${command%% *} on a GPU this build cannot use" 1 "field '--device'" -- \
+    "$zaya" $command --model "$tmp/tiny" --tokenizer "$fixtures/tokenizer/byte_level.json" --device hip
+done
+check "generate on the device auto picks (the CPU here)" 0 "" -- "$zaya" generate --model "$tmp/tiny" \
+  --tokenizer "$tmp/tokenizer300.json" --prompt x --max-new-tokens 2 --device auto
+check "generate on the CPU named" 0 "" -- "$zaya" generate --model "$tmp/tiny" \
+  --tokenizer "$tmp/tokenizer300.json" --prompt x --max-new-tokens 2 --device cpu
+check "bench decode on a GPU this build cannot use" 1 "field '--device'" -- \
+  "$zaya" bench decode --preset tiny --device hip
 lines=$("$zaya" bench ops --device tpu 2>&1 | wc -l)
 [ "$lines" -eq 1 ] && ok "the --device error is one line" || fail "the --device error is $lines lines, want 1"
 

@@ -11,10 +11,10 @@
 #include <numeric>
 #include <tuple>
 
-#include "core/vec_math.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/vec_math.h"
 #include "infer/generator.h"
 #include "io/safetensors_index.h"
 #include "model/model_io.h"

@@ -8,6 +8,11 @@
 #include "backend/gpu/language.h"
 #include "core/error.h"
 
+#if defined(ZAYA_GPU_CUDA) || defined(ZAYA_GPU_HIP)
+#include <dlfcn.h>
+#include <unistd.h>
+#endif
+
 namespace zaya::gpu {
 
 #if defined(ZAYA_GPU_CUDA) || defined(ZAYA_GPU_HIP)
@@ -16,6 +21,14 @@ namespace zaya::gpu {
 using RuntimeError = cudaError_t;
 using DeviceProperties = cudaDeviceProp;
 constexpr RuntimeError kSuccess = cudaSuccess;
+constexpr RuntimeError kNoDevice = cudaErrorNoDevice;
+// Whether the NVIDIA driver is installed: the runtime reports its absence as it reports a driver too old
+// for it (cudaErrorInsufficientDriver), and only the second is a fault to report.
+bool driver_installed() {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver) dlclose(driver);
+  return driver != nullptr;
+}
 const char* error_text(RuntimeError error) {
   return cudaGetErrorString(error);
 }
@@ -24,6 +37,11 @@ const char* error_text(RuntimeError error) {
 using RuntimeError = hipError_t;
 using DeviceProperties = hipDeviceProp_t;
 constexpr RuntimeError kSuccess = hipSuccess;
+constexpr RuntimeError kNoDevice = hipErrorNoDevice;
+// Whether the AMD kernel driver is loaded (its device file), the HIP runtime being zaya's own dependency.
+bool driver_installed() {
+  return access("/dev/kfd", F_OK) == 0;
+}
 const char* error_text(RuntimeError error) {
   return hipGetErrorString(error);
 }
@@ -46,11 +64,12 @@ const char* language_name() {
 
 int device_count() {
   int count = 0;
-  if (ZAYA_RT(GetDeviceCount)(&count) != kSuccess) {
-    (void)ZAYA_RT(GetLastError)();  // no driver or no device: nothing to use, not an error
-    return 0;
-  }
-  return count;
+  const RuntimeError error = ZAYA_RT(GetDeviceCount)(&count);
+  if (error == kSuccess) return count;
+  (void)ZAYA_RT(GetLastError)();
+  if (error == kNoDevice || !driver_installed()) return 0;  // nothing to use: not an error
+  throw Error(cat("the ", language_name(), " runtime cannot count this machine's GPUs: ", error_text(error),
+                  " (error ", int(error), ")"));
 }
 
 std::string device_name() {

@@ -6,11 +6,24 @@
 #include <cstddef>
 #include <string>
 
+namespace zaya {
+class Ops;
+struct GpuBackend;
+}  // namespace zaya
+
 namespace zaya::gpu {
+
+// This build's backend as the program registers it (register_gpu_backend, src/cli/main.cpp), after which
+// commands reach it through select_device alone.
+GpuBackend backend();
+// Its ops (gpu_ops.h), made on first use on this process's device; throws Error where there is no GPU. The
+// GPU tests call it directly, to compare the backend with the CPU's.
+Ops& ops();
 
 // "cuda", "hip" or "emulated": what this build's GPU backend is compiled as.
 const char* language_name();
-// GPUs this process can use; 0 when there is none or no driver (the emulator has one).
+// GPUs this process can use; 0 when there is none or no driver (the emulator has one). Throws Error when a
+// driver is there but fails (older than the runtime, say): a fault to fix, not a machine without a GPU.
 int device_count();
 // "NVIDIA H200" and the like.
 std::string device_name();

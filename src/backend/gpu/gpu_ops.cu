@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backend/devices.h"
 #include "backend/gpu/device.h"
 #include "backend/gpu/gpu_ops.h"
 #include "core/error.h"
@@ -34,7 +35,7 @@ GpuOps::GpuOps() {
 GpuOps::~GpuOps() = default;
 
 MemoryResource& GpuOps::memory() {
-  // Never destroyed: buffers held by statics (gpu_ops()'s scratch) release into it at exit, whatever the
+  // Never destroyed: buffers held by statics (gpu::ops()'s scratch) release into it at exit, whatever the
   // order of static destruction.
   static DeviceMemory& memory = *new DeviceMemory;
   return memory;
@@ -74,11 +75,15 @@ float* GpuOps::scratch(size_t bytes) {
   return scratch_.as<float>();
 }
 
-Ops& gpu_ops() {
+Ops& gpu::ops() {
   static std::once_flag made;
   static std::unique_ptr<GpuOps> ops;
   std::call_once(made, [] { ops = std::make_unique<GpuOps>(); });
   return *ops;
+}
+
+GpuBackend gpu::backend() {
+  return {gpu::language_name(), gpu::ops, gpu::device_count, gpu::device_name};
 }
 
 }  // namespace zaya
