@@ -30,9 +30,15 @@ Optimizer::Optimizer(ParameterStore& params, const OptimizerConfig& config, Ops&
                            : std::move(owned)),
       owned_floats_(total_length(owned_)),
       m_(size_t(owned_floats_) * sizeof(float), ops.memory()),
-      v_(size_t(owned_floats_) * sizeof(float), ops.memory()),
       grad_sum_squares_(sizeof(double), ops.memory()) {
   if (config_.muon.ns_steps < 0) throw Error("must not be negative").field("optimizer.muon.ns_steps");
+  // A second moment only for AdamW's parameters: Muon's (nearly all of ZAYA1's) never read one.
+  for (const ParamAssignment& a : assignments_) {
+    if (a.optimizer != OptimizerKind::AdamW || !owns(*a.param)) continue;
+    second_moment_index_[a.param->offset] = second_moment_floats_;
+    second_moment_floats_ += a.param->numel();
+  }
+  v_ = AlignedBuffer(size_t(second_moment_floats_) * sizeof(float), ops.memory());
   int64_t largest = 0;
   for (const ParamAssignment& a : assignments_) {
     if (a.optimizer != OptimizerKind::Muon || !owns(*a.param)) continue;
@@ -53,6 +59,11 @@ int64_t Optimizer::state_index(int64_t offset) const {
     before += end - begin;
   }
   return -1;
+}
+
+float* Optimizer::second_moment(const ParamInfo& param) {
+  const auto found = second_moment_index_.find(param.offset);
+  return found == second_moment_index_.end() ? nullptr : v_.as<float>() + found->second;
 }
 
 double Optimizer::owned_grad_sum_squares() {

@@ -6,6 +6,7 @@
 // parameters, one of the expert weights): it keeps state for, and updates, only the parameters in them.
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -69,9 +70,12 @@ class Optimizer {
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // An owned parameter's state, shaped like it: AdamW's first moment or Muon's momentum, and AdamW's
-  // second moment (zero for Muon parameters). For checkpoints.
+  // second moment (nullptr for Muon's parameters, which have none). For checkpoints.
   float* first_moment(const ParamInfo& param) { return m_.as<float>() + state_index(param.offset); }
-  float* second_moment(const ParamInfo& param) { return v_.as<float>() + state_index(param.offset); }
+  float* second_moment(const ParamInfo& param);
+  // The floats of state this optimizer holds: momentum for every owned parameter, a second moment for the
+  // owned AdamW ones.
+  int64_t state_floats() const { return owned_floats_ + second_moment_floats_; }
 
  private:
   // One Muon parameter: `count` matrices [rows, cols] one after the other (a layer's experts, or one).
@@ -93,7 +97,11 @@ class Optimizer {
   std::vector<std::pair<int64_t, int64_t>> owned_;  // float ranges of the parameter layout
   int64_t owned_floats_ = 0;                        // their total length
   std::vector<MatrixBatch> batches_;                // Muon's units of work, owned ones only
-  AlignedBuffer m_, v_;                             // [owned_floats_] each
+  // Where each owned AdamW parameter's second moment starts in v_, by the parameter's offset.
+  std::map<int64_t, int64_t> second_moment_index_;
+  int64_t second_moment_floats_ = 0;
+  AlignedBuffer m_;                 // [owned_floats_]: AdamW's first moment or Muon's momentum
+  AlignedBuffer v_;                 // [second_moment_floats_]: AdamW's second moment
   AlignedBuffer update_;            // [the largest batch's floats]: the update being orthogonalised
   AlignedBuffer grad_sum_squares_;  // [1] double: the sum owned_grad_sum_squares takes on the device
   int64_t steps_ = 0;

@@ -4,6 +4,7 @@
 // bf16-rounded operands on both sides and sum in f32, so they agree to f32 sum-order error too.
 
 #include <cstring>
+#include <limits>
 
 #include "core/dtype.h"
 #include "gpu/gpu_test_util.h"
@@ -57,6 +58,34 @@ INSTANTIATE_TEST_SUITE_P(GpuOps, GpuProducts,
                                          ProductCase{Trans::No, Trans::Yes, Precision::BF16, true},
                                          ProductCase{Trans::Yes, Trans::No, Precision::BF16, false},
                                          ProductCase{Trans::No, Trans::No, Precision::BF16, true}));
+
+// k = 0, the weight gradient of an expert that received no tokens: op(A) op(B) is an empty sum, so C becomes
+// beta C; with beta 0, zeros even where C held NaN (a fresh allocation does in the emulator). Both
+// precisions, both transposes of A (a [0, m] operand), and an operand pointer that points at nothing.
+TEST_F(Elementwise, EmptyProductsScaleTheirOutput) {
+  const int64_t m = 5, n = 7, ldc = 9;
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    for (const Trans trans_a : {Trans::No, Trans::Yes}) {
+      std::vector<float> c = random_values(size_t(m * ldc), 8);
+      c[3] = std::numeric_limits<float>::quiet_NaN();
+      DeviceArray<float> scaled(c), zeroed(c);
+      const float* nothing = nullptr;
+      gpu().gemm(precision, trans_a, Trans::Yes, m, n, 0, 1.0f, nothing, trans_a == Trans::Yes ? m : 1,
+                 nothing, 1, 0.5f, scaled.data(), ldc);
+      gpu().gemm(precision, trans_a, Trans::Yes, m, n, 0, 1.0f, nothing, trans_a == Trans::Yes ? m : 1,
+                 nothing, 1, 0.0f, zeroed.data(), ldc);
+      std::vector<float> half = c, zeros = c;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          half[size_t(i * ldc + j)] *= 0.5f;
+          zeros[size_t(i * ldc + j)] = 0.0f;
+        }
+      }
+      EXPECT_TRUE(close(scaled.host(), half, 0, 0));
+      EXPECT_TRUE(close(zeroed.host(), zeros, 0, 0));  // the padding between rows untouched
+    }
+  }
+}
 
 TEST_F(Elementwise, Bf16CopiesAreTheCpusBitForBit) {
   auto x = random_values(1000, 4, 100.0f);

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <vector>
 
 #include "backend/gpu/emulator.h"
@@ -24,6 +26,38 @@ TEST(GpuEmulator, RunsEveryThreadOfEveryBlock) {
     ++seen[block * block_dim().x + thread_index().x];
   });
   for (int count : seen) EXPECT_EQ(count, 1);
+}
+
+// A GPU runs a grid's blocks in no set order: the emulator shuffles them, anew at every launch, so that a
+// kernel whose blocks depend on each other's results fails in the tests.
+TEST(GpuEmulator, BlocksRunInAShuffledOrderThatChangesFromLaunchToLaunch) {
+  std::vector<std::vector<unsigned>> orders(3);
+  for (std::vector<unsigned>& order : orders) {
+    run({4, 2, 2}, {1, 1, 1}, 0, [&] {
+      order.push_back((block_index().z * grid_dim().y + block_index().y) * grid_dim().x + block_index().x);
+    });
+    std::vector<unsigned> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (unsigned i = 0; i < 16; ++i) ASSERT_EQ(sorted[i], i);  // each block once
+  }
+  std::vector<unsigned> ascending(16);
+  for (unsigned i = 0; i < 16; ++i) ascending[i] = i;
+  EXPECT_NE(orders[0], ascending);
+  EXPECT_NE(orders[0], orders[1]);
+  EXPECT_NE(orders[1], orders[2]);
+}
+
+// Every block finds its dynamic shared memory with all bits set (NaN as f32), whatever the block before it
+// left there, as a GPU's shared memory holds garbage: a read of what the block never wrote shows.
+TEST(GpuEmulator, EachBlockFindsItsSharedMemoryPoisoned) {
+  std::vector<uint32_t> first_read(8);
+  run({8, 1, 1}, {32, 1, 1}, 32 * sizeof(uint32_t), [&] {
+    uint32_t* shared = static_cast<uint32_t*>(dynamic_shared());
+    if (linear() == 0) first_read[block_index().x] = shared[5];
+    sync_threads();
+    shared[linear()] = 0;  // what the next block must not see
+  });
+  for (uint32_t bits : first_read) EXPECT_EQ(bits, 0xffffffffu);
 }
 
 TEST(GpuEmulator, ABarrierOrdersTheThreadsOfABlock) {
@@ -58,7 +92,7 @@ TEST(GpuEmulator, OneWarpExchangesWhileTheOthersWaitAtABarrier) {
     sync_threads();
     result[linear()] = value;
   });
-  for (unsigned i = 0; i < 96; ++i) EXPECT_EQ(result[i], i < 32 ? 32.0 : 1.0);
+  for (unsigned i = 0; i < 96; ++i) EXPECT_EQ(result[i], i < unsigned(kWarpSize) ? double(kWarpSize) : 1.0);
 }
 
 TEST(GpuEmulator, ABarrierThatSomeThreadsSkipIsAnError) {

@@ -34,6 +34,9 @@ function(zaya_gpu_tests name backend prefix labels)
 endfunction()
 
 zaya_gpu_tests(zaya_gpu_emulated_tests zaya_gpu_emulated emulated unit gpu/emulator_test.cpp)
+if(TARGET zaya_gpu_emulated64)  # every kernel again with 64-lane wavefronts: AMD CDNA's paths
+  zaya_gpu_tests(zaya_gpu_emulated64_tests zaya_gpu_emulated64 emulated64 unit gpu/emulator_test.cpp)
+endif()
 if(TARGET zaya_gpu_cuda)
   zaya_gpu_tests(zaya_gpu_cuda_tests zaya_gpu_cuda cuda gpu)
 endif()

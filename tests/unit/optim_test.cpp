@@ -17,6 +17,7 @@
 #include "model/model_io.h"
 #include "optim/balancing.h"
 #include "optim/batch_ramp.h"
+#include "optim/optimizer.h"
 #include "optim/optimizer_shards.h"
 #include "optim/param_groups.h"
 #include "optim/schedule.h"
@@ -345,6 +346,20 @@ TEST(ParamGroups, DefaultRulesSendMatricesToMuonAndSkipDecayOnGains) {
   }
   for (const ParamAssignment& a : groups) EXPECT_NE(a.param->role, ParamRole::BalancingBias);
   EXPECT_NE(describe_param_groups(groups).find("model.layers.1.mlp.experts.gate_up_proj"), std::string::npos);
+}
+
+// Muon's parameters have no second moment: the state is one float per trainable parameter plus one per
+// AdamW parameter (on zaya1-base, where Muon holds nearly every weight, close to half of two per parameter).
+TEST(Optimizer, HoldsASecondMomentForAdamWParametersAlone) {
+  ParameterStore params(model_dims(preset_config("tiny")));
+  const Optimizer optimizer(params, {}, cpu_ops());
+  int64_t adamw = 0;
+  for (const ParamAssignment& a : optimizer.assignments()) {
+    if (a.optimizer == OptimizerKind::AdamW) adamw += a.param->numel();
+  }
+  EXPECT_GT(adamw, 0);
+  EXPECT_EQ(optimizer.state_floats(), params.table().total_floats() + adamw);
+  EXPECT_LT(optimizer.state_floats(), 2 * params.table().total_floats());
 }
 
 TEST(ParamGroups, RulesAreCheckedAgainstTheModel) {

@@ -160,8 +160,9 @@ ZAYA_DEVICE float row_sum(float value) {
 // ---- forward -----------------------------------------------------------------------------------------
 // Grid (query tiles, heads, batch). q, o [B, S, H, D]; k, v [B, S, KV, D]; lse [B, H, S].
 template <class T>
-ZAYA_KERNEL void attention_forward_kernel(Problem p, const float* q, const float* k, const float* v, float* o,
-                                          float* lse) {
+ZAYA_KERNEL(T::kThreads)
+void attention_forward_kernel(Problem p, const float* q, const float* k, const float* v, float* o,
+                              float* lse) {
   constexpr int R = T::kRowsPerThread, C = T::kColsPerThread, E = T::kDimsPerThread;
   static_assert(sizeof(float) * (T::kRows * T::kLd + T::kCols * T::kLd + T::kRows * T::kScoreLd) <=
                 kSharedLimit);
@@ -238,8 +239,8 @@ ZAYA_KERNEL void attention_forward_kernel(Problem p, const float* q, const float
 constexpr unsigned kRowDotThreads = 256;
 
 // row_dot [B, H, S] = sum over d of dout * o, a row per kLanes threads (o and dout [B, S, H, D]).
-ZAYA_KERNEL void attention_row_dot_kernel(Problem p, int64_t count, const float* o, const float* dout,
-                                          float* row_dot) {
+ZAYA_KERNEL(kRowDotThreads)
+void attention_row_dot_kernel(Problem p, int64_t count, const float* o, const float* dout, float* row_dot) {
   const int64_t row = int64_t(block_x()) * (kRowDotThreads / kLanes) + thread_x() / kLanes;
   const int lane = thread_x() % kLanes;
   float dot = 0.0f;
@@ -254,8 +255,9 @@ ZAYA_KERNEL void attention_row_dot_kernel(Problem p, int64_t count, const float*
 
 // dQ = scale * sum over keys of dS K, with dS = P * (dO V^T - D). Grid (query tiles, heads, batch).
 template <class T>
-ZAYA_KERNEL void attention_dq_kernel(Problem p, const float* q, const float* k, const float* v,
-                                     const float* lse, const float* row_dot, const float* dout, float* dq) {
+ZAYA_KERNEL(T::kThreads)
+void attention_dq_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
+                         const float* row_dot, const float* dout, float* dq) {
   constexpr int R = T::kRowsPerThread, C = T::kColsPerThread, E = T::kDimsPerThread;
   static_assert(sizeof(float) * (2 * T::kRows * T::kLd + T::kCols * T::kLd + T::kRows * T::kScoreLd) <=
                 kSharedLimit);
@@ -318,9 +320,9 @@ ZAYA_KERNEL void attention_dq_kernel(Problem p, const float* q, const float* k, 
 // group (heads in order, then query tiles in order: a fixed order, and the CPU's). Grid (key tiles, KV
 // heads, batch); the block's rows are keys, its streamed tiles queries.
 template <class T>
-ZAYA_KERNEL void attention_dkv_kernel(Problem p, const float* q, const float* k, const float* v,
-                                      const float* lse, const float* row_dot, const float* dout, float* dk,
-                                      float* dv) {
+ZAYA_KERNEL(T::kThreads)
+void attention_dkv_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
+                          const float* row_dot, const float* dout, float* dk, float* dv) {
   constexpr int R = T::kRowsPerThread, C = T::kColsPerThread, E = T::kDimsPerThread;
   static_assert(sizeof(float) * (2 * T::kRows * T::kLd + 2 * T::kCols * T::kLd + 2 * T::kRows * T::kScoreLd +
                                  2 * T::kCols) <=
@@ -400,9 +402,10 @@ constexpr int kDecodeParts = kDecodeThreads / kDecodeColumns;
 
 // One query per head against the keys [first, first + width) of the cache; keys and values [length, KV, D],
 // q and out [H, D]. scores [H, width] is device scratch. Grid (heads).
-ZAYA_KERNEL void attention_decode_kernel(const float* q, const float* keys, const float* values,
-                                         int64_t first, int64_t width, int heads, int kv_heads, int dim,
-                                         float scale, float* scores, float* out) {
+ZAYA_KERNEL(kDecodeThreads)
+void attention_decode_kernel(const float* q, const float* keys, const float* values, int64_t first,
+                             int64_t width, int heads, int kv_heads, int dim, float scale, float* scores,
+                             float* out) {
   ZAYA_SHARED float reduce[gpu::kMaxWarps + 1];
   ZAYA_SHARED float parts[kDecodeParts][kMaxHeadDim];  // [part, d]: the value sums of each part of the keys
   const int h = block_x(), g = h / (heads / kv_heads), tid = thread_x();

@@ -1,13 +1,13 @@
 // cuBLASLt (CUDA) or loops (the emulator) behind gpu::Blas. cuBLASLt is column-major: a row-major product
 // C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T over the same memory, so B goes first.
 
-#include <map>
 #include <tuple>
 #include <vector>
 
 #include "backend/gpu/blas.h"
-#include "backend/gpu/language.h"
+#include "backend/gpu/kernel_util.h"
 #include "core/error.h"
+#include "core/lru_cache.h"
 
 #if defined(ZAYA_GPU_CUDA)
 #include <cublasLt.h>
@@ -85,21 +85,19 @@ class CublasLtBlas final : public Blas {
     if (cudaMalloc(&workspace_, kWorkspaceBytes) != cudaSuccess) throw std::bad_alloc();
   }
   ~CublasLtBlas() override {
-    for (auto& [key, plan] : plans_) plan.destroy();
+    plans_.clear([](Plan& plan) { plan.destroy(); });
     cudaFree(workspace_);
     cublaslt().Destroy(handle_);
   }
 
-  void gemm(DType inputs, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-            const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
-            float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch, void* stream) override {
-    if (m == 0 || n == 0 || batch == 0) return;
+  void product(DType inputs, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+               float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch, void* stream) override {
     const Key key{int(inputs), int(trans_a), int(trans_b), m,           n,        k,
                   lda,         ldb,          ldc,          stride_a,    stride_b, stride_c,
                   batch,       alignment(a), alignment(b), alignment(c)};
-    auto found = plans_.find(key);
-    if (found == plans_.end()) found = plans_.emplace(key, make_plan(key)).first;
-    const Plan& plan = found->second;
+    const Plan& plan = plans_.get(
+        key, [&] { return make_plan(key); }, [](Plan& old) { old.destroy(); });
     // Column-major: C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m].
     check(cublaslt().Matmul(handle_, plan.operation, &alpha, b, plan.first, a, plan.second, &beta, c,
                             plan.output, c, plan.output, &plan.algorithm, workspace_, kWorkspaceBytes,
@@ -109,6 +107,9 @@ class CublasLtBlas final : public Blas {
 
  private:
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  // Plans kept: a model's products have a few dozen shapes, but the experts' take their row counts from
+  // the routing, a new value at almost every step; the heuristic costs ~0.1 ms, well under a product.
+  static constexpr size_t kPlansKept = 512;
   using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
   // Descriptors and the algorithm for one shape, made once (cuBLASLt's heuristic is not free).
@@ -192,7 +193,7 @@ class CublasLtBlas final : public Blas {
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
-  std::map<Key, Plan> plans_;
+  LruCache<Key, Plan> plans_{kPlansKept};
 };
 
 #elif defined(ZAYA_GPU_EMULATED)
@@ -201,9 +202,9 @@ class CublasLtBlas final : public Blas {
 // over k in order.
 class LoopBlas final : public Blas {
  public:
-  void gemm(DType inputs, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-            const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
-            float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch, void*) override {
+  void product(DType inputs, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+               float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch, void*) override {
     const emulator::DeviceAccess access;
     std::vector<float> a_rows(size_t(m * k)), b_rows(size_t(k * n));  // op(A) [m, k], op(B) [k, n]
     for (int64_t item = 0; item < batch; ++item) {
@@ -242,7 +243,31 @@ class LoopBlas final : public Blas {
 
 #endif
 
+// C_i[m, n] = beta C_i for each i < batch (row stride ldc, item stride stride_c); beta = 0 writes zeros, so
+// that NaN in C's old contents does not survive.
+ZAYA_KERNEL(kThreads)
+void scale_outputs_kernel(float beta, float* c, int64_t m, int64_t n, int64_t ldc, int64_t stride_c,
+                          int64_t batch) {
+  const int64_t i = int64_t(block_x()) * block_dim_x() + thread_x();
+  if (i >= batch * m * n) return;
+  float& out = c[(i / (m * n)) * stride_c + (i / n % m) * ldc + i % n];
+  out = beta == 0 ? 0.0f : beta * out;
+}
+
 }  // namespace
+
+void Blas::gemm(DType inputs, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch, void* stream) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k > 0) {
+    product(inputs, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+            stride_c, batch, stream);
+  } else if (beta != 1) {
+    launch("scale_outputs", scale_outputs_kernel, cover(batch * m * n, kThreads), {kThreads}, 0,
+           static_cast<Stream>(stream), beta, c, m, n, ldc, stride_c, batch);
+  }
+}
 
 std::unique_ptr<Blas> make_blas() {
 #if defined(ZAYA_GPU_CUDA)

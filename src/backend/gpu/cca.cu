@@ -27,8 +27,9 @@ ZAYA_DEVICE int64_t global_index() {
 
 // One thread per (token, kv head g, channel i): q_res of g's heads, then their mean, in the CPU's order.
 // qk [tokens, ld] (q [heads, d] then k [kv_heads, d]); q_res [tokens, heads, d]; k_res [tokens, kv_heads, d].
-ZAYA_KERNEL void qk_mean_forward_kernel(const float* qk, int64_t tokens, int64_t ld, int64_t heads,
-                                        int64_t kv_heads, int64_t d, float* q_res, float* k_res) {
+ZAYA_KERNEL(gpu::kThreads)
+void qk_mean_forward_kernel(const float* qk, int64_t tokens, int64_t ld, int64_t heads, int64_t kv_heads,
+                            int64_t d, float* q_res, float* k_res) {
   const int64_t index = global_index();
   if (index >= tokens * kv_heads * d) return;
   const int64_t t = index / (kv_heads * d), g = (index / d) % kv_heads, i = index % d;
@@ -48,8 +49,9 @@ ZAYA_KERNEL void qk_mean_forward_kernel(const float* qk, int64_t tokens, int64_t
 
 // One thread per (token, kv head g, channel i): every head of g adds its total gradient to its q channel and
 // to g's k channel, which this thread alone writes (so no two threads touch one value).
-ZAYA_KERNEL void qk_mean_backward_kernel(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
-                                         int64_t heads, int64_t kv_heads, int64_t d, float* dqk) {
+ZAYA_KERNEL(gpu::kThreads)
+void qk_mean_backward_kernel(const float* dq_res, const float* dk_res, int64_t tokens, int64_t ld,
+                             int64_t heads, int64_t kv_heads, int64_t d, float* dqk) {
   const int64_t index = global_index();
   if (index >= tokens * kv_heads * d) return;
   const int64_t t = index / (kv_heads * d), g = (index / d) % kv_heads, i = index % d;
@@ -81,8 +83,9 @@ ZAYA_DEVICE int64_t warp_vector(int64_t vectors) {
 }
 
 // x, out [rows, heads, d]; norms [rows, heads].
-ZAYA_KERNEL void l2norm_forward_kernel(const float* x, int64_t vectors, int64_t heads, int64_t d,
-                                       const float* temp, float* out, float* norms) {
+ZAYA_KERNEL(kNormThreads)
+void l2norm_forward_kernel(const float* x, int64_t vectors, int64_t heads, int64_t d, const float* temp,
+                           float* out, float* norms) {
   const int64_t r = warp_vector(vectors);
   if (r < 0) return;
   const float* v = x + r * d;
@@ -98,9 +101,9 @@ ZAYA_KERNEL void l2norm_forward_kernel(const float* x, int64_t vectors, int64_t 
 // y = c x / n with n = max(|x|, floor), c = sqrt(d) temp: dx = (c / n) (dy - x (x.dy) / |x|^2) while |x| is
 // above the floor, (c / floor) dy below it. With temp, each vector's dtemp term (sqrt(d) / n) x.dy goes to
 // dtemp_terms [rows, heads], summed over rows afterwards in a fixed order.
-ZAYA_KERNEL void l2norm_backward_kernel(const float* x, const float* norms, const float* dout,
-                                        int64_t vectors, int64_t heads, int64_t d, const float* temp,
-                                        float* dx, float* dtemp_terms) {
+ZAYA_KERNEL(kNormThreads)
+void l2norm_backward_kernel(const float* x, const float* norms, const float* dout, int64_t vectors,
+                            int64_t heads, int64_t d, const float* temp, float* dx, float* dtemp_terms) {
   const int64_t r = warp_vector(vectors);
   if (r < 0) return;
   const float* v = x + r * d;
@@ -130,8 +133,9 @@ struct Dense {  // values[r, j] of a [rows, n] matrix
 
 // One thread per rotated pair (channels i and i + half of a head): x [batch, seq, heads, head_dim] in place;
 // cos, sin [seq, half]; sign -1 rotates back (the transpose).
-ZAYA_KERNEL void rope_kernel(float* x, int64_t seq, int64_t heads, int64_t head_dim, int64_t half,
-                             int64_t pairs, const float* cos, const float* sin, float sign) {
+ZAYA_KERNEL(gpu::kThreads)
+void rope_kernel(float* x, int64_t seq, int64_t heads, int64_t head_dim, int64_t half, int64_t pairs,
+                 const float* cos, const float* sin, float sign) {
   const int64_t index = global_index();
   if (index >= pairs) return;
   const int64_t vector = index / half, i = index % half, s = (vector / heads) % seq;
@@ -165,8 +169,9 @@ ConvShape conv_shape(const AttentionShape& shape, int64_t k0, int64_t k1) {
 }
 
 // One thread per (b, j, c) of dw: bias + sum_a w[c, a] x[b, j + a - pad, c], taps in increasing a.
-ZAYA_KERNEL void depthwise_forward_kernel(const float* x, ConvShape s, const float* weight, const float* bias,
-                                          float* dw) {
+ZAYA_KERNEL(gpu::kThreads)
+void depthwise_forward_kernel(const float* x, ConvShape s, const float* weight, const float* bias,
+                              float* dw) {
   const int64_t index = global_index();
   if (index >= s.batch * s.dw_len * s.channels) return;
   const int64_t c = index % s.channels, row = index / s.channels, b = row / s.dw_len, j = row % s.dw_len;
@@ -180,9 +185,9 @@ ZAYA_KERNEL void depthwise_forward_kernel(const float* x, ConvShape s, const flo
 
 // Decoding, one thread per (b, c) of the output: the last position of b's window of pad + 1 inputs. The k1
 // depthwise outputs it reads are recomputed here (k0 products each): a few hundred products per thread.
-ZAYA_KERNEL void conv_decode_kernel(const float* window, ConvShape s, const float* dw_weight,
-                                    const float* dw_bias, const float* g_weight, const float* g_bias,
-                                    float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void conv_decode_kernel(const float* window, ConvShape s, const float* dw_weight, const float* dw_bias,
+                        const float* g_weight, const float* g_bias, float* out) {
   const int64_t index = global_index();
   if (index >= s.batch * s.channels) return;
   const int64_t c = index % s.channels, b = index / s.channels, group = c / s.d * s.d;
@@ -200,7 +205,8 @@ ZAYA_KERNEL void conv_decode_kernel(const float* window, ConvShape s, const floa
 }
 
 // One thread per (b, t, c) of dx: sum_a w[c, a] d_dw[b, t + pad - a, c], taps in increasing a.
-ZAYA_KERNEL void depthwise_backward_kernel(const float* d_dw, ConvShape s, const float* weight, float* dx) {
+ZAYA_KERNEL(gpu::kThreads)
+void depthwise_backward_kernel(const float* d_dw, ConvShape s, const float* weight, float* dx) {
   const int64_t index = global_index();
   if (index >= s.batch * s.seq * s.channels) return;
   const int64_t c = index % s.channels, row = index / s.channels, b = row / s.seq, t = row % s.seq;
@@ -234,7 +240,7 @@ struct DepthwiseWeightTerm {
 // gaps (zero) exactly where the position is outside its sequence.
 
 // taps[a, c, i] = weight[c, i, a]: each tap a [channels, d] matrix, rows c = g * d + o.
-ZAYA_KERNEL void weight_taps_kernel(const float* weight, ConvShape s, float* taps) {
+ZAYA_KERNEL(gpu::kThreads) void weight_taps_kernel(const float* weight, ConvShape s, float* taps) {
   const int64_t index = global_index();
   if (index >= s.k1 * s.channels * s.d) return;
   const int64_t a = index / (s.channels * s.d), c = index / s.d % s.channels, i = index % s.d;
@@ -242,7 +248,8 @@ ZAYA_KERNEL void weight_taps_kernel(const float* weight, ConvShape s, float* tap
 }
 
 // d_weight[c, i, a] += tap_grads[a, c, i].
-ZAYA_KERNEL void add_tap_gradients_kernel(const float* tap_grads, ConvShape s, float* d_weight) {
+ZAYA_KERNEL(gpu::kThreads)
+void add_tap_gradients_kernel(const float* tap_grads, ConvShape s, float* d_weight) {
   const int64_t index = global_index();
   if (index >= s.k1 * s.channels * s.d) return;
   const int64_t a = index / (s.channels * s.d), c = index / s.d % s.channels, i = index % s.d;
@@ -250,7 +257,8 @@ ZAYA_KERNEL void add_tap_gradients_kernel(const float* tap_grads, ConvShape s, f
 }
 
 // out[b, t, c] = extended[b * dw_len + t, c] + bias[c].
-ZAYA_KERNEL void gather_sequences_kernel(const float* extended, ConvShape s, const float* bias, float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void gather_sequences_kernel(const float* extended, ConvShape s, const float* bias, float* out) {
   const int64_t index = global_index();
   if (index >= s.batch * s.seq * s.channels) return;
   const int64_t c = index % s.channels, row = index / s.channels, b = row / s.seq, t = row % s.seq;
@@ -259,7 +267,7 @@ ZAYA_KERNEL void gather_sequences_kernel(const float* extended, ConvShape s, con
 
 // spread [k1 - 1 + batch * dw_len, channels]: k1 - 1 zero rows, then each sequence's dout rows followed by
 // k1 - 1 zero rows.
-ZAYA_KERNEL void spread_sequences_kernel(const float* dout, ConvShape s, float* spread) {
+ZAYA_KERNEL(gpu::kThreads) void spread_sequences_kernel(const float* dout, ConvShape s, float* spread) {
   const int64_t index = global_index();
   const int64_t lead = s.k1 - 1;
   if (index >= (lead + s.batch * s.dw_len) * s.channels) return;

@@ -18,12 +18,13 @@ ZAYA_DEVICE int64_t global_index() {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-ZAYA_KERNEL void gelu_forward_kernel(const float* x, int64_t count, float* y) {
+ZAYA_KERNEL(gpu::kThreads) void gelu_forward_kernel(const float* x, int64_t count, float* y) {
   const int64_t i = global_index();
   if (i < count) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * kInvSqrt2));
 }
 
-ZAYA_KERNEL void gelu_backward_kernel(const float* x, const float* dy, int64_t count, float* dx) {
+ZAYA_KERNEL(gpu::kThreads)
+void gelu_backward_kernel(const float* x, const float* dy, int64_t count, float* dx) {
   const int64_t i = global_index();
   if (i >= count) return;
   const float cdf = 0.5f * (1.0f + erff(x[i] * kInvSqrt2));
@@ -31,18 +32,19 @@ ZAYA_KERNEL void gelu_backward_kernel(const float* x, const float* dy, int64_t c
   dx[i] = dy[i] * (cdf + x[i] * pdf);
 }
 
-ZAYA_KERNEL void fill_kernel(float* x, int64_t count, float value) {
+ZAYA_KERNEL(gpu::kThreads) void fill_kernel(float* x, int64_t count, float value) {
   const int64_t i = global_index();
   if (i < count) x[i] = value;
 }
 
-ZAYA_KERNEL void mask_rows_kernel(float* x, int64_t rows, int64_t n, const float* mask) {
+ZAYA_KERNEL(gpu::kThreads) void mask_rows_kernel(float* x, int64_t rows, int64_t n, const float* mask) {
   const int64_t i = global_index();
   if (i < rows * n && mask[i / n] != 1.0f) x[i] *= mask[i / n];
 }
 
-ZAYA_KERNEL void copy_rows_kernel(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst,
-                                  int64_t ld_dst, bool accumulate) {
+ZAYA_KERNEL(gpu::kThreads)
+void copy_rows_kernel(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst, int64_t ld_dst,
+                      bool accumulate) {
   const int64_t i = global_index();
   if (i >= rows * n) return;
   const int64_t r = i / n, j = i % n;
@@ -51,8 +53,9 @@ ZAYA_KERNEL void copy_rows_kernel(const float* src, int64_t ld_src, int64_t rows
 }
 
 // dst[b, s] = s > 0 ? src[b, s - 1] : first.
-ZAYA_KERNEL void delay_forward_kernel(const float* src, const float* first, int64_t batch, int64_t seq,
-                                      int64_t n, float* dst, int64_t ld_dst) {
+ZAYA_KERNEL(gpu::kThreads)
+void delay_forward_kernel(const float* src, const float* first, int64_t batch, int64_t seq, int64_t n,
+                          float* dst, int64_t ld_dst) {
   const int64_t i = global_index();
   if (i >= batch * seq * n) return;
   const int64_t row = i / n, j = i % n, s = row % seq;
@@ -60,21 +63,23 @@ ZAYA_KERNEL void delay_forward_kernel(const float* src, const float* first, int6
 }
 
 // dsrc[b, s] = s + 1 < seq ? ddst[b, s + 1] : 0.
-ZAYA_KERNEL void delay_backward_kernel(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq,
-                                       int64_t n, float* dsrc) {
+ZAYA_KERNEL(gpu::kThreads)
+void delay_backward_kernel(const float* ddst, int64_t ld_ddst, int64_t batch, int64_t seq, int64_t n,
+                           float* dsrc) {
   const int64_t i = global_index();
   if (i >= batch * seq * n) return;
   const int64_t row = i / n, j = i % n, s = row % seq;
   dsrc[i] = s + 1 < seq ? ddst[(row + 1) * ld_ddst + j] : 0.0f;
 }
 
-ZAYA_KERNEL void add_scaled_kernel(const float* x, const float* scale, int64_t rows, int64_t n, float* y) {
+ZAYA_KERNEL(gpu::kThreads)
+void add_scaled_kernel(const float* x, const float* scale, int64_t rows, int64_t n, float* y) {
   const int64_t i = global_index();
   if (i < rows * n) y[i] += x[i] * scale[i % n];
 }
 
-ZAYA_KERNEL void scale_columns_kernel(const float* dy, const float* scale, int64_t rows, int64_t n,
-                                      float* dx) {
+ZAYA_KERNEL(gpu::kThreads)
+void scale_columns_kernel(const float* dy, const float* scale, int64_t rows, int64_t n, float* dx) {
   const int64_t i = global_index();
   if (i < rows * n) dx[i] = dy[i] * scale[i % n];
 }

@@ -32,8 +32,9 @@ size_t aligned(size_t bytes) {
 }
 
 // out[t, j] = (table[ids[t], j] + bias[j]) * scale[j].
-ZAYA_KERNEL void embedding_forward_kernel(const int32_t* ids, int64_t tokens, const float* table,
-                                          int64_t hidden, const float* bias, const float* scale, float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void embedding_forward_kernel(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden,
+                              const float* bias, const float* scale, float* out) {
   const int64_t i = global_index();
   if (i >= tokens * hidden) return;
   const int64_t t = i / hidden, j = i % hidden;
@@ -81,7 +82,7 @@ ZAYA_DEVICE int64_t merged_position(const uint64_t* keys, int64_t n, int64_t i, 
 constexpr int kSortTile = 1024;
 constexpr unsigned kSortThreads = 256;
 
-ZAYA_KERNEL void sort_tiles_kernel(const int32_t* ids, int64_t tokens, uint64_t* keys) {
+ZAYA_KERNEL(kSortThreads) void sort_tiles_kernel(const int32_t* ids, int64_t tokens, uint64_t* keys) {
   ZAYA_SHARED uint64_t buffers[2][kSortTile];
   const int64_t first = int64_t(block_x()) * kSortTile;
   for (int i = thread_x(); i < kSortTile; i += block_dim_x()) {
@@ -103,7 +104,8 @@ ZAYA_KERNEL void sort_tiles_kernel(const int32_t* ids, int64_t tokens, uint64_t*
 }
 
 // One pass of the sort past a tile: out = in with its sorted runs of `width` keys merged pairwise.
-ZAYA_KERNEL void merge_runs_kernel(const uint64_t* in, int64_t n, int64_t width, uint64_t* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void merge_runs_kernel(const uint64_t* in, int64_t n, int64_t width, uint64_t* out) {
   const int64_t i = global_index();
   if (i < n) out[merged_position(in, n, i, width)] = in[i];
 }
@@ -117,7 +119,8 @@ ZAYA_DEVICE bool starts_run(const uint64_t* sorted, int64_t p) {
 // places each thread's starts, and the thread writes them.
 constexpr unsigned kScanThreads = 1024;
 
-ZAYA_KERNEL void list_runs_kernel(const uint64_t* sorted, int64_t n, int32_t* starts, int32_t* runs) {
+ZAYA_KERNEL(kScanThreads)
+void list_runs_kernel(const uint64_t* sorted, int64_t n, int32_t* starts, int32_t* runs) {
   ZAYA_SHARED int32_t scan[2][kScanThreads];
   const int threads = block_dim_x(), me = thread_x();
   const int64_t stretch = (n + threads - 1) / threads;
@@ -148,9 +151,10 @@ ZAYA_KERNEL void list_runs_kernel(const uint64_t* sorted, int64_t n, int32_t* st
 // then the lanes are added in order, so a long run (a frequent token) is not one thread's sequential loop.
 // Grid (run blocks, column tiles): each block takes runs block_x, block_x + grid_dim_x, ... as the device's
 // run count says, so the host needs no read of it.
-ZAYA_KERNEL void table_gradient_kernel(const uint64_t* sorted, const int32_t* starts, const int32_t* runs,
-                                       const float* dout, const float* scale, int64_t hidden, int32_t skip_id,
-                                       float* dtable) {
+ZAYA_KERNEL(gpu::kColumnTile* gpu::kRowLanes)
+void table_gradient_kernel(const uint64_t* sorted, const int32_t* starts, const int32_t* runs,
+                           const float* dout, const float* scale, int64_t hidden, int32_t skip_id,
+                           float* dtable) {
   ZAYA_SHARED float lanes[gpu::kRowLanes][gpu::kColumnTile];
   const int64_t column = int64_t(block_y()) * gpu::kColumnTile + thread_x();
   const bool inside = column < hidden;

@@ -199,6 +199,25 @@ void run_block(BlockRun& run) {
   }
 }
 
+// The blocks of a launch in a shuffled order, a new one at every launch (seeded by the launch's number, so
+// that a failure repeats): a GPU runs blocks in no set order, and a kernel whose blocks read each other's
+// results must fail here too rather than pass because block 0 happened to run first.
+std::vector<uint32_t> block_order(size_t blocks) {
+  if (blocks > UINT32_MAX) throw Error(cat("emulated GPU: a grid of ", blocks, " blocks"));
+  thread_local uint64_t launches = 0;
+  uint64_t state = ++launches * 0x9e3779b97f4a7c15ull;
+  const auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::vector<uint32_t> order(blocks);
+  for (size_t i = 0; i < blocks; ++i) order[i] = uint32_t(i);
+  for (size_t i = blocks; i > 1; --i) std::swap(order[i - 1], order[next() % i]);  // Fisher-Yates
+  return order;
+}
+
 }  // namespace
 
 const Dim3& thread_index() {
@@ -247,20 +266,22 @@ void run(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<void()>
   run.block_dim = block;
   run.thread = &thread;
   run.error = nullptr;
-  run.shared.assign(shared_bytes, 0);
+  run.shared.resize(shared_bytes);
   size_t i = 0;
   for (unsigned z = 0; z < block.z; ++z)
     for (unsigned y = 0; y < block.y; ++y)
       for (unsigned x = 0; x < block.x; ++x) run.fibers[i++].index = {x, y, z};
+  const std::vector<uint32_t> order = block_order(size_t(grid.x) * grid.y * grid.z);
   const DeviceAccess access;
   running = &run;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          run.block = {x, y, z};
-          run_block(run);
-        }
+    for (const uint32_t block : order) {
+      run.block = {block % grid.x, block / grid.x % grid.y, unsigned(block / (size_t(grid.x) * grid.y))};
+      // Shared memory holds whatever the block before left on a GPU: here all bits set (NaN as f32), so
+      // that a read of what this block did not write shows in the results.
+      std::fill(run.shared.begin(), run.shared.end(), 0xff);
+      run_block(run);
+    }
   } catch (...) {
     // The threads that had not finished wait inside a kernel that is gone: they start afresh next time.
     for (size_t j = 0; j < run.count; ++j) run.fibers[j].started = run.fibers[j].state == State::Done;

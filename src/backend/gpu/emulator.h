@@ -1,7 +1,8 @@
 #pragma once
 // The GPU emulator: runs zaya's kernels on the CPU with the GPU's execution model, so that every kernel is
-// tested against the CPU backend where no GPU exists. The blocks of a launch run one after another; the
-// threads of a block run as fibers on one host thread, each until it reaches a barrier (sync_threads) or a
+// tested against the CPU backend where no GPU exists. The blocks of a launch run one after another, in a
+// shuffled order, each finding its dynamic shared memory poisoned (all bits set); the threads of a block run
+// as fibers on one host thread, each until it reaches a barrier (sync_threads) or a
 // warp exchange (shuffle_xor), which is where a GPU's threads meet too. It is strict where a GPU is
 // undefined: a barrier that not every thread of the block reaches, or an exchange with a lane that has
 // exited or does not exist, is reported (Error), not papered over. Not a fast path: tests only.
@@ -14,7 +15,13 @@
 
 namespace zaya::gpu::emulator {
 
+// Lanes of a warp: 32 as on NVIDIA, or 64 as a CDNA wavefront in the wave-64 build (ZAYA_EMULATED_WAVE64),
+// in which the emulated suite runs again so that AMD's paths are tested on every machine too.
+#if defined(ZAYA_EMULATED_WAVE64)
+inline constexpr int kWarpSize = 64;
+#else
 inline constexpr int kWarpSize = 32;
+#endif
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;

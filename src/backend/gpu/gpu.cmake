@@ -1,5 +1,6 @@
 # The GPU backend: one source (backend/gpu/*.cu) built as
 #   zaya_gpu_emulated  the kernels as C++ on the CPU (backend/gpu/emulator.h), always: CI tests them there;
+#                      zaya_gpu_emulated64 the same with 64-lane wavefronts (AMD CDNA's), for the tests too;
 #   zaya_gpu_cuda      CUDA for sm_80 and sm_90, with cuBLASLt, where nvcc is found (ZAYA_GPU=auto|cuda);
 #   zaya_gpu_hip       HIP for gfx90a and gfx940 (and gfx942 where the ROCm found has it), where hipcc is
 #                      found (ZAYA_GPU=auto|hip): compiled only, until a ROCm with hipBLASLt (>= 6) is here.
@@ -16,6 +17,11 @@ foreach(source ${ZAYA_GPU_SOURCES})
 endforeach()
 add_library(zaya_gpu_emulated STATIC ${emulated_sources})
 target_link_libraries(zaya_gpu_emulated PUBLIC zaya_lib)
+if(NOT ZAYA_SANITIZE)  # the sanitizer build tests the 32-lane emulator alone: its run is the long one
+  add_library(zaya_gpu_emulated64 STATIC ${emulated_sources})
+  target_compile_definitions(zaya_gpu_emulated64 PUBLIC ZAYA_EMULATED_WAVE64=1)
+  target_link_libraries(zaya_gpu_emulated64 PUBLIC zaya_lib)
+endif()
 
 set(ZAYA_GPU "auto" CACHE STRING "GPU backends: auto (every toolkit found), cuda, hip, or off")
 set_property(CACHE ZAYA_GPU PROPERTY STRINGS auto cuda hip off)

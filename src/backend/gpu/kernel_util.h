@@ -71,10 +71,11 @@ ZAYA_DEVICE float block_max(float value, float* scratch) {
   return block_reduce(value, scratch, Max{}, -INFINITY);
 }
 
-// *sum += values[0], ..., values[count - 1], added by one block in a fixed order (launch with one block).
-// A template so that every file that includes this header may hold its copy.
-template <int = 0>
-ZAYA_KERNEL void add_values_kernel(const double* values, int64_t count, double* sum) {
+// *sum += values[0], ..., values[count - 1], added by one block of kBlockThreads in a fixed order (launch
+// with one block). A template so that every file that includes this header may hold its copy.
+template <unsigned kBlockThreads>
+ZAYA_KERNEL(kBlockThreads)
+void add_values_kernel(const double* values, int64_t count, double* sum) {
   ZAYA_SHARED double scratch[kMaxWarps + 1];
   double total = 0;
   for (int64_t i = thread_x(); i < count; i += block_dim_x()) total += values[i];
@@ -90,7 +91,8 @@ inline constexpr int kChunkRows = 256;
 inline constexpr unsigned kColumnTile = 32, kRowLanes = 8;
 
 template <class Term>
-ZAYA_KERNEL void column_partial_sums(Term term, int64_t rows, int64_t n, float* partial) {
+ZAYA_KERNEL(kColumnTile* kRowLanes)
+void column_partial_sums(Term term, int64_t rows, int64_t n, float* partial) {
   ZAYA_SHARED float lanes[kRowLanes][kColumnTile];
   const int64_t column = int64_t(block_x()) * kColumnTile + thread_x();
   const int64_t chunk = block_y();
@@ -110,7 +112,8 @@ ZAYA_KERNEL void column_partial_sums(Term term, int64_t rows, int64_t n, float* 
 
 // A template so that every file that includes this header may hold its copy.
 template <int = 0>
-ZAYA_KERNEL void add_column_partials(const float* partial, int64_t chunks, int64_t n, float* acc) {
+ZAYA_KERNEL(kThreads)
+void add_column_partials(const float* partial, int64_t chunks, int64_t n, float* acc) {
   const int64_t column = int64_t(block_x()) * block_dim_x() + thread_x();
   if (column >= n) return;
   float total = 0;

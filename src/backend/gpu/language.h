@@ -25,12 +25,15 @@
 #include "backend/gpu/emulator.h"
 #endif
 
+// A kernel, with the most threads a block of it is launched with: the compiler keeps its registers within
+// what a block that size may hold (an unbounded kernel can fail to launch at 1024 threads). Every kernel
+// states it; a launch with a larger block is refused (check_launch).
 #if defined(ZAYA_GPU_CUDA) || defined(ZAYA_GPU_HIP)
-#define ZAYA_KERNEL __global__
+#define ZAYA_KERNEL(max_threads) __global__ __launch_bounds__(max_threads)
 #define ZAYA_DEVICE __device__ __forceinline__
 #define ZAYA_SHARED __shared__
 #else
-#define ZAYA_KERNEL
+#define ZAYA_KERNEL(max_threads)
 #define ZAYA_DEVICE inline
 // The emulator runs the blocks of a launch one after another on one host thread, so a function-local
 // static is exactly one block's shared memory.

@@ -20,9 +20,9 @@ constexpr unsigned kLossThreads = 512;  // rows are long (vocabularies up to ~26
 // exponentials shifted by it (rescaled when the max grows), then the block rescales the threads' sums to
 // the row's max and adds them. The log-sum-exp and the loss are in double, as the CPU's; the gradient is
 // grad_scale * exp(z - lse), with grad_scale taken off at the label.
-ZAYA_KERNEL void cross_entropy_rows_kernel(const float* logits, const int32_t* labels, int64_t vocab,
-                                           float grad_scale, float* dlogits, uint16_t* dlogits_bf16,
-                                           double* row_loss) {
+ZAYA_KERNEL(kLossThreads)
+void cross_entropy_rows_kernel(const float* logits, const int32_t* labels, int64_t vocab, float grad_scale,
+                               float* dlogits, uint16_t* dlogits_bf16, double* row_loss) {
   ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
   const int64_t row = block_x();
   const int32_t label = labels[row];
@@ -75,8 +75,8 @@ void GpuOps::cross_entropy(const float* logits, const int32_t* labels, int64_t r
   gpu::launch("cross_entropy_rows", cross_entropy_rows_kernel, {unsigned(rows)}, {kLossThreads}, 0, stream,
               logits, labels, vocab, grad_scale, dlogits, reinterpret_cast<uint16_t*>(dlogits_bf16),
               row_loss);
-  gpu::launch("add_row_losses", gpu::add_values_kernel<>, {1}, {kLossThreads}, 0, stream, row_loss, rows,
-              loss_sum);
+  gpu::launch("add_row_losses", gpu::add_values_kernel<kLossThreads>, {1}, {kLossThreads}, 0, stream,
+              row_loss, rows, loss_sum);
 }
 
 }  // namespace zaya

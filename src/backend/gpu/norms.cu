@@ -12,8 +12,9 @@ using gpu::thread_x;
 
 constexpr unsigned kRowThreads = 256;
 
-ZAYA_KERNEL void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, float eps, float* y,
-                                        float* rstd) {
+ZAYA_KERNEL(kRowThreads)
+void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, float eps, float* y,
+                            float* rstd) {
   ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
   const int64_t row = block_x();
   const float* xr = x + row * n;
@@ -26,8 +27,9 @@ ZAYA_KERNEL void rmsnorm_forward_kernel(const float* x, const float* weight, int
 }
 
 // dx = rstd (w dy) - x rstd^3 / n sum(w dy x).
-ZAYA_KERNEL void rmsnorm_backward_kernel(const float* x, const float* weight, const float* rstd,
-                                         const float* dy, int64_t n, float* dx, bool accumulate) {
+ZAYA_KERNEL(kRowThreads)
+void rmsnorm_backward_kernel(const float* x, const float* weight, const float* rstd, const float* dy,
+                             int64_t n, float* dx, bool accumulate) {
   ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
   const int64_t row = block_x();
   const float* xr = x + row * n;
@@ -42,17 +44,19 @@ ZAYA_KERNEL void rmsnorm_backward_kernel(const float* x, const float* weight, co
   }
 }
 
-ZAYA_KERNEL void residual_scale_forward_kernel(const float* h, const float* r, const float* h_bias,
-                                               const float* h_scale, const float* r_bias,
-                                               const float* r_scale, int64_t count, int64_t n, float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void residual_scale_forward_kernel(const float* h, const float* r, const float* h_bias, const float* h_scale,
+                                   const float* r_bias, const float* r_scale, int64_t count, int64_t n,
+                                   float* out) {
   const int64_t i = int64_t(block_x()) * block_dim_x() + thread_x();
   if (i >= count) return;
   const int64_t j = i % n;
   out[i] = (h[i] + h_bias[j]) * h_scale[j] + (r[i] + r_bias[j]) * r_scale[j];
 }
 
-ZAYA_KERNEL void residual_scale_backward_kernel(const float* h_scale, const float* r_scale, const float* dout,
-                                                int64_t count, int64_t n, float* dh, float* dr) {
+ZAYA_KERNEL(gpu::kThreads)
+void residual_scale_backward_kernel(const float* h_scale, const float* r_scale, const float* dout,
+                                    int64_t count, int64_t n, float* dh, float* dr) {
   const int64_t i = int64_t(block_x()) * block_dim_x() + thread_x();
   if (i >= count) return;
   const float d = dout[i];

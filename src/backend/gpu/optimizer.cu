@@ -37,7 +37,7 @@ size_t aligned(size_t bytes) {
 constexpr int64_t kSumBlocks = 1024;
 
 // partial[block] = the sum of x[i]^2 in double over the grid-strided elements of this block.
-ZAYA_KERNEL void sum_squares_partials_kernel(const float* x, int64_t count, double* partial) {
+ZAYA_KERNEL(gpu::kThreads) void sum_squares_partials_kernel(const float* x, int64_t count, double* partial) {
   ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
   const int64_t stride = int64_t(grid_dim_x()) * block_dim_x();
   double sum = 0;
@@ -54,8 +54,8 @@ struct AdamWConstants {
 };
 
 // The CPU's order of operations: m and v from the scaled gradient, then the decayed parameter less the step.
-ZAYA_KERNEL void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t count,
-                              AdamWConstants k) {
+ZAYA_KERNEL(gpu::kThreads)
+void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t count, AdamWConstants k) {
   const int64_t i = global_index();
   if (i >= count) return;
   const float g = grad[i] * k.grad_scale;
@@ -66,8 +66,9 @@ ZAYA_KERNEL void adamw_kernel(float* param, const float* grad, float* m, float* 
   param[i] = param[i] * k.keep - k.step_size * mi / (sqrtf(vi) / k.sqrt_correction2 + k.eps);
 }
 
-ZAYA_KERNEL void momentum_kernel(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
-                                 float grad_scale, float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void momentum_kernel(float* buf, const float* grad, int64_t count, float momentum, bool nesterov,
+                     float grad_scale, float* out) {
   const int64_t i = global_index();
   if (i >= count) return;
   const float g = grad[i] * grad_scale;
@@ -76,8 +77,8 @@ ZAYA_KERNEL void momentum_kernel(float* buf, const float* grad, int64_t count, f
   out[i] = nesterov ? g + momentum * b : b;
 }
 
-ZAYA_KERNEL void decay_and_subtract_kernel(float* param, const float* update, int64_t count, float keep,
-                                           float alpha) {
+ZAYA_KERNEL(gpu::kThreads)
+void decay_and_subtract_kernel(float* param, const float* update, int64_t count, float keep, float alpha) {
   const int64_t i = global_index();
   if (i < count) param[i] = param[i] * keep - alpha * update[i];
 }
@@ -90,7 +91,8 @@ constexpr unsigned kTileRows = 8;        // a 32 x 8 block moves a tile, 4 eleme
 // dst[matrix] [cols, rows] = src[matrix] [rows, cols]^T; grid (column tiles, row tiles, matrices). A tile
 // goes through shared memory so that both the reads and the writes are of whole rows (coalesced); the tile's
 // extra column keeps the column reads off a single bank.
-ZAYA_KERNEL void transpose_kernel(const float* src, int64_t rows, int64_t cols, float* dst) {
+ZAYA_KERNEL(kTile* kTileRows)
+void transpose_kernel(const float* src, int64_t rows, int64_t cols, float* dst) {
   ZAYA_SHARED float tile[kTile][kTile + 1];
   const int64_t offset = int64_t(block_z()) * rows * cols;
   const int64_t row0 = int64_t(block_y()) * kTile, col0 = int64_t(block_x()) * kTile;
@@ -107,7 +109,7 @@ ZAYA_KERNEL void transpose_kernel(const float* src, int64_t rows, int64_t cols, 
 
 // x[matrix] /= (|x[matrix]|_F + 1e-7), one block per matrix of `size` elements. As the CPU: the sum of
 // squares in double, the norm rounded to f32 before the eps is added.
-ZAYA_KERNEL void normalise_kernel(float* x, int64_t size) {
+ZAYA_KERNEL(kNormThreads) void normalise_kernel(float* x, int64_t size) {
   ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
   float* matrix = x + int64_t(block_x()) * size;
   double sum = 0;
@@ -118,7 +120,7 @@ ZAYA_KERNEL void normalise_kernel(float* x, int64_t size) {
   for (int64_t i = thread_x(); i < size; i += block_dim_x()) matrix[i] *= inv;
 }
 
-ZAYA_KERNEL void copy_kernel(const float* src, int64_t count, float* dst) {
+ZAYA_KERNEL(gpu::kThreads) void copy_kernel(const float* src, int64_t count, float* dst) {
   const int64_t i = global_index();
   if (i < count) dst[i] = src[i];
 }
@@ -132,7 +134,8 @@ void GpuOps::sum_squares(const float* x, int64_t count, double* sum) {
   double* partial = reinterpret_cast<double*>(scratch(size_t(blocks) * sizeof(double)));  // [blocks]
   gpu::launch("sum_squares_partials", sum_squares_partials_kernel, {unsigned(blocks)}, {gpu::kThreads}, 0,
               stream, x, count, partial);
-  gpu::launch("add_partials", gpu::add_values_kernel<>, {1}, {gpu::kThreads}, 0, stream, partial, blocks, sum);
+  gpu::launch("add_partials", gpu::add_values_kernel<gpu::kThreads>, {1}, {gpu::kThreads}, 0, stream, partial,
+              blocks, sum);
 }
 
 void GpuOps::adamw_step(float* param, const float* grad, float* m, float* v, int64_t count,

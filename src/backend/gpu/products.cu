@@ -9,13 +9,15 @@ namespace zaya {
 namespace {
 
 // dst [rows, cols] packed = bf16(src [rows, cols] with row stride ld).
-ZAYA_KERNEL void round_rows_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
+ZAYA_KERNEL(gpu::kThreads)
+void round_rows_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
   const int64_t i = int64_t(gpu::block_x()) * gpu::block_dim_x() + gpu::thread_x();
   if (i >= rows * cols) return;
   dst[i] = gpu::bf16_bits(src[(i / cols) * ld + i % cols]);
 }
 
-ZAYA_KERNEL void add_bias_kernel(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {
+ZAYA_KERNEL(gpu::kThreads)
+void add_bias_kernel(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias) {
   const int64_t i = int64_t(gpu::block_x()) * gpu::block_dim_x() + gpu::thread_x();
   if (i < rows * n) y[(i / n) * ldy + i % n] += bias[i % n];
 }

@@ -23,8 +23,9 @@ ZAYA_DEVICE int64_t global_index() {
 
 // ---- the router --------------------------------------------------------------------------------------
 // One thread per token: routes are few (experts + 1), and a sequential loop sums in the CPU's order.
-ZAYA_KERNEL void route_top1_kernel(const float* logits, const float* biases, int64_t tokens, int64_t routes,
-                                   float* probs, int32_t* choice, float* gate, float* lse) {
+ZAYA_KERNEL(gpu::kThreads)
+void route_top1_kernel(const float* logits, const float* biases, int64_t tokens, int64_t routes, float* probs,
+                       int32_t* choice, float* gate, float* lse) {
   const int64_t t = global_index();
   if (t >= tokens) return;
   const float* z = logits + t * routes;  // [routes]
@@ -53,8 +54,9 @@ ZAYA_KERNEL void route_top1_kernel(const float* logits, const float* biases, int
 }
 
 // One thread per (token, route): dz[e] = dgate p[c] (delta(e, c) - p[e]), zero for skip-routed tokens.
-ZAYA_KERNEL void route_top1_backward_kernel(const float* probs, const int32_t* choice, const float* dgate,
-                                            int64_t tokens, int64_t routes, float* dlogits) {
+ZAYA_KERNEL(gpu::kThreads)
+void route_top1_backward_kernel(const float* probs, const int32_t* choice, const float* dgate, int64_t tokens,
+                                int64_t routes, float* dlogits) {
   const int64_t i = global_index();
   if (i >= tokens * routes) return;
   const int64_t t = i / routes, e = i % routes, c = choice[t];
@@ -68,9 +70,9 @@ ZAYA_KERNEL void route_top1_backward_kernel(const float* probs, const int32_t* c
 }
 
 // One thread per token: the mean over routes is a sequential sum, in the CPU's order.
-ZAYA_KERNEL void router_aux_backward_kernel(const float* probs, const float* lse, int64_t tokens,
-                                            int64_t routes, const float* route_coef, float z_coef,
-                                            float* dlogits) {
+ZAYA_KERNEL(gpu::kThreads)
+void router_aux_backward_kernel(const float* probs, const float* lse, int64_t tokens, int64_t routes,
+                                const float* route_coef, float z_coef, float* dlogits) {
   const int64_t t = global_index();
   if (t >= tokens) return;
   const float* p = probs + t * routes;  // [routes]
@@ -92,8 +94,9 @@ struct StatPartials {
   double* scalars;    // [chunks, 2]: the entropy sum, the lse^2 sum
 };
 
-ZAYA_KERNEL void router_statistics_partials(const float* probs, const float* lse, const int32_t* choice,
-                                            int64_t tokens, int64_t routes, StatPartials partials) {
+ZAYA_KERNEL(kStatThreads)
+void router_statistics_partials(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,
+                                int64_t routes, StatPartials partials) {
   ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
   const int64_t chunk = block_x();
   const int64_t first = chunk * kStatTokens;
@@ -129,9 +132,9 @@ ZAYA_KERNEL void router_statistics_partials(const float* probs, const float* lse
 }
 
 // Thread i < routes adds route i's chunks; threads routes and routes + 1 the two scalar sums.
-ZAYA_KERNEL void router_statistics_totals(StatPartials partials, int64_t chunks, int64_t routes,
-                                          int64_t* counts, double* prob_sums, double* entropy_sum,
-                                          double* lse_square_sum) {
+ZAYA_KERNEL(gpu::kThreads)
+void router_statistics_totals(StatPartials partials, int64_t chunks, int64_t routes, int64_t* counts,
+                              double* prob_sums, double* entropy_sum, double* lse_square_sum) {
   const int64_t i = global_index();
   if (i < routes) {
     int64_t count = 0;
@@ -170,8 +173,9 @@ constexpr int kMaxSegments = kGroupTile / 32;
 constexpr size_t kGroupSharedLimit = 48 * 1024;  // what every target gives a launch without opting in
 constexpr int64_t kMaxGroupExperts = int64_t(kGroupSharedLimit / (kMaxSegments * sizeof(int32_t)));
 
-ZAYA_KERNEL void group_count_kernel(const int32_t* choice, int64_t tokens, int64_t experts, int64_t tiles,
-                                    int32_t* rank, int32_t* tile_counts) {
+ZAYA_KERNEL(kGroupThreads)
+void group_count_kernel(const int32_t* choice, int64_t tokens, int64_t experts, int64_t tiles, int32_t* rank,
+                        int32_t* tile_counts) {
   int32_t* segment_counts = gpu::dynamic_shared<int32_t>();  // [segments, experts]
   const int segments = kGroupTile / kWarpSize;
   const int warps = block_dim_x() / kWarpSize;
@@ -257,20 +261,23 @@ ZAYA_DEVICE int64_t block_exclusive_scan(const int32_t* in, int64_t n, int64_t c
   return carry;
 }
 
-ZAYA_KERNEL void scan_tiles_kernel(int32_t* tile_counts, int64_t tiles, int32_t* expert_sizes) {
+ZAYA_KERNEL(kGroupThreads)
+void scan_tiles_kernel(int32_t* tile_counts, int64_t tiles, int32_t* expert_sizes) {
   int32_t* row = tile_counts + int64_t(block_x()) * tiles;  // [tiles] of this block's expert, in place
   const int64_t total = block_exclusive_scan(row, tiles, 0, row);
   if (thread_x() == 0) expert_sizes[block_x()] = int32_t(total);
 }
 
-ZAYA_KERNEL void expert_offsets_kernel(const int32_t* expert_sizes, int64_t experts, int64_t* offsets) {
+ZAYA_KERNEL(kGroupThreads)
+void expert_offsets_kernel(const int32_t* expert_sizes, int64_t experts, int64_t* offsets) {
   const int64_t total = block_exclusive_scan(expert_sizes, experts, 0, offsets);
   if (thread_x() == 0) offsets[experts] = total;
 }
 
-ZAYA_KERNEL void group_scatter_kernel(const int32_t* choice, const int32_t* rank, const int32_t* tile_starts,
-                                      const int64_t* offsets, int64_t tokens, int64_t experts, int64_t tiles,
-                                      int32_t* order) {
+ZAYA_KERNEL(gpu::kThreads)
+void group_scatter_kernel(const int32_t* choice, const int32_t* rank, const int32_t* tile_starts,
+                          const int64_t* offsets, int64_t tokens, int64_t experts, int64_t tiles,
+                          int32_t* order) {
   const int64_t t = global_index();
   if (t >= tokens || choice[t] < 0 || choice[t] >= experts) return;
   const int64_t e = choice[t];
@@ -279,8 +286,9 @@ ZAYA_KERNEL void group_scatter_kernel(const int32_t* choice, const int32_t* rank
 
 // ---- gathering and scattering rows ------------------------------------------------------------------
 // One thread per element of the gathered rows [count, n].
-ZAYA_KERNEL void gather_rows_kernel(const float* src, const int32_t* order, const float* scale, int64_t count,
-                                    int64_t n, float* dst) {
+ZAYA_KERNEL(gpu::kThreads)
+void gather_rows_kernel(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
+                        float* dst) {
   const int64_t i = global_index();
   if (i >= count * n) return;
   const int64_t row = order[i / n];
@@ -289,8 +297,9 @@ ZAYA_KERNEL void gather_rows_kernel(const float* src, const int32_t* order, cons
 }
 
 // One thread per element of src [count, n]; order's rows are distinct, so no two threads write one place.
-ZAYA_KERNEL void scatter_rows_kernel(const float* src, const int32_t* order, const float* scale,
-                                     int64_t count, int64_t n, bool accumulate, float* dst) {
+ZAYA_KERNEL(gpu::kThreads)
+void scatter_rows_kernel(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
+                         bool accumulate, float* dst) {
   const int64_t i = global_index();
   if (i >= count * n) return;
   const int64_t row = order[i / n];
@@ -302,8 +311,8 @@ ZAYA_KERNEL void scatter_rows_kernel(const float* src, const int32_t* order, con
 // A block per output: the block's threads stride over the row, then one block sum (a fixed order).
 constexpr unsigned kDotThreads = 128;
 
-ZAYA_KERNEL void gather_dot_kernel(const float* a, const int32_t* order, const float* b, int64_t n,
-                                   float* out) {
+ZAYA_KERNEL(kDotThreads)
+void gather_dot_kernel(const float* a, const int32_t* order, const float* b, int64_t n, float* out) {
   ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
   const int64_t i = block_x();
   const float* x = a + int64_t(order[i]) * n;  // [n]
@@ -320,7 +329,8 @@ ZAYA_DEVICE float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
-ZAYA_KERNEL void swiglu_forward_kernel(const float* gate_up, int64_t rows, int64_t n, float* out) {
+ZAYA_KERNEL(gpu::kThreads)
+void swiglu_forward_kernel(const float* gate_up, int64_t rows, int64_t n, float* out) {
   const int64_t i = global_index();
   if (i >= rows * n) return;
   const int64_t r = i / n, j = i % n;
@@ -329,8 +339,9 @@ ZAYA_KERNEL void swiglu_forward_kernel(const float* gate_up, int64_t rows, int64
 }
 
 // out = silu(g) u: d up = d silu(g), d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))).
-ZAYA_KERNEL void swiglu_backward_kernel(const float* gate_up, const float* dout, int64_t rows, int64_t n,
-                                        float* dgate_up) {
+ZAYA_KERNEL(gpu::kThreads)
+void swiglu_backward_kernel(const float* gate_up, const float* dout, int64_t rows, int64_t n,
+                            float* dgate_up) {
   const int64_t i = global_index();
   if (i >= rows * n) return;
   const int64_t r = i / n, j = i % n;
