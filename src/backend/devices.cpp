@@ -1,5 +1,7 @@
 #include "backend/devices.h"
 
+#include <unistd.h>
+
 #include <optional>
 
 #include "backend/ops.h"
@@ -27,7 +29,7 @@ Device select_device(const std::string& setting, const char* field, const char* 
     throw Error("expected \"auto\", \"cpu\", \"cuda\" or \"hip\", got \"" + setting + "\"").field(field);
   }
   const std::optional<GpuBackend>& gpu = registered();
-  const Device cpu{"cpu", "cpu", &cpu_ops()};
+  const Device cpu{"cpu", "cpu", &cpu_ops(), int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE)};
   const bool automatic = setting == "auto";
   if (setting == "cpu" || (automatic && (!gpu || host_only_work))) return cpu;
   if (!automatic && (!gpu || setting != gpu->language)) {
@@ -51,7 +53,7 @@ Device select_device(const std::string& setting, const char* field, const char* 
                     " yet (only the CPU backend has it): choose cpu"))
         .field(field);
   }
-  return {gpu->language, cat(gpu->language, ": ", gpu->device_name()), &gpu->ops()};
+  return {gpu->language, cat(gpu->language, ": ", gpu->device_name()), &gpu->ops(), gpu->memory_bytes()};
 }
 
 }  // namespace zaya

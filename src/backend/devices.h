@@ -4,6 +4,7 @@
 // door to a device: every command and the trainer ask select_device, so library code never depends on a
 // GPU library itself.
 
+#include <cstdint>
 #include <string>
 
 namespace zaya {
@@ -16,6 +17,7 @@ struct GpuBackend {
   Ops& (*ops)() = nullptr;         // made on first use
   int (*device_count)() = nullptr;
   std::string (*device_name)() = nullptr;
+  int64_t (*memory_bytes)() = nullptr;  // of this process's device
 };
 
 // The backend select_device offers; registering an empty GpuBackend (no language) takes it away.
@@ -25,6 +27,7 @@ struct Device {
   std::string name;         // "cpu", or the GPU backend's language
   std::string description;  // for the run's log: "cpu", "cuda: NVIDIA H200"
   Ops* ops = nullptr;
+  int64_t memory_bytes = 0;  // what it holds: the machine's RAM for the CPU, the GPU's own memory
   bool on_host() const { return name == "cpu"; }
 };
 

@@ -1,15 +1,22 @@
-// `zaya info (--model DIR | --preset NAME | --config FILE) [--seq S]`: the shape, parameter counts and
-// training FLOPs per token of a model.
+// `zaya info (--model DIR | --preset NAME | --config FILE | --train-config FILE) [--seq S] [--memory ...]`:
+// the shape, parameter counts and training FLOPs per token of a model, and with --memory what training it
+// takes per rank (train/memory_plan.h).
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
 
+#include "backend/devices.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/model_source.h"
 #include "cli/validators.h"
 #include "core/error.h"
 #include "model/model_stats.h"
+#include "train/memory_plan.h"
 #include "train/train_config.h"
 
 namespace zaya::cli {
@@ -19,7 +26,74 @@ struct InfoArgs {
   ModelSource source;
   std::string train_config;
   int64_t seq = 4096;
+  bool memory = false;
+  int ranks = 1, expert_parallel = 0;  // 0: the train config's, else 1
+  int64_t micro_batch = 0;             // 0: the train config's, else 1
+  std::string device_memory;           // "80GB": the capacity to plan against; "": the device's own
+  std::string precision = "bf16";
+  std::string device = "auto";
 };
+
+// "80GB", "80 GiB", "192GB", "1.5TB" or a number of bytes.
+int64_t parse_bytes(const std::string& text, const char* field) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw Error(cat("expected a size such as 80GB, got \"", text, "\"")).field(field);
+  }
+  std::string unit = text.substr(used);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  static const std::map<std::string, double> units = {
+      {"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
+      {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  const auto found = units.find(unit);
+  if (found == units.end() || !(value > 0) || value * found->second > 9e18) {
+    throw Error(cat("expected a size such as 80GB or 192GiB, got \"", text, "\"")).field(field);
+  }
+  return int64_t(value * found->second);
+}
+
+// The memory a run takes per rank at each sequence length it trains at, against the capacity given, and the
+// largest micro-batch that fits there.
+void print_memory(const InfoArgs& args, const ZayaConfig& config, const std::optional<TrainConfig>& run) {
+  const Device device = select_device(args.device, "--device");
+  std::vector<int64_t> lengths = {args.seq};
+  if (run) {
+    lengths.clear();
+    for (const StageConfig& stage : run->stages) {
+      if (std::find(lengths.begin(), lengths.end(), stage.seq_len) == lengths.end())
+        lengths.push_back(stage.seq_len);
+    }
+  }
+  MemoryLayout layout;
+  layout.ranks = args.ranks;
+  layout.expert_parallel = args.expert_parallel > 0 ? args.expert_parallel
+                           : run                    ? run->run.expert_parallel
+                                                    : 1;
+  layout.micro_batch = args.micro_batch > 0 ? args.micro_batch : run ? run->batch.micro_batch : 1;
+  layout.precision = args.precision == "fp32" ? Precision::F32 : Precision::BF16;
+  const int64_t capacity =
+      args.device_memory.empty() ? 0 : parse_bytes(args.device_memory, "--device-memory");
+  const std::vector<GroupRule> groups = run ? run->optimizer.groups : default_group_rules();
+  const ModelDims dims = model_dims(config);
+  for (const int64_t seq : lengths) {
+    layout.seq = seq;
+    const MemoryPlan plan = plan_memory(dims, groups, layout, *device.ops);
+    std::printf(
+        "memory per rank: %d rank%s, expert parallel %d, micro-batch %lld x %lld tokens, %s, sizes as %s "
+        "takes them\n",
+        layout.ranks, layout.ranks == 1 ? "" : "s", layout.expert_parallel, (long long)layout.micro_batch,
+        (long long)seq, std::string(precision_name(layout.precision)).c_str(), device.description.c_str());
+    std::printf("%s", describe_memory_plan(plan, capacity).c_str());
+    if (capacity > 0) {
+      std::printf("  largest micro-batch that fits: %lld sequences of %lld\n",
+                  (long long)largest_micro_batch(dims, groups, layout, *device.ops, capacity),
+                  (long long)seq);
+    }
+  }
+}
 
 void print_count(const char* label, int64_t count) {
   std::printf("  %-34s %15lld  (%.3f B)\n", label, (long long)count, double(count) / 1e9);
@@ -76,6 +150,7 @@ void run_info(const InfoArgs& args) {
   std::printf("training FLOPs per token at sequence length %lld: %.4g (forward %.4g)\n", (long long)args.seq,
               stats.training_flops_per_token, stats.forward_flops_per_token);
   if (run) print_run(*run, config);
+  if (args.memory) print_memory(args, config, run);
 }
 
 }  // namespace
@@ -86,7 +161,27 @@ void add_info_command(CLI::App& app) {
   CLI::Option* train_config =
       command->add_option("--train-config", args->train_config, "a run's TOML file: its model and stages");
   args->source.add_options(*command, true, true, train_config);
-  command->add_option("--seq", args->seq, "sequence length for the attention FLOPs")->check(positive());
+  command->add_option("--seq", args->seq, "sequence length for the attention FLOPs and --memory")
+      ->check(positive());
+  command->add_flag("--memory", args->memory,
+                    "the memory training takes per rank: weights, gradients, optimizer state, activations");
+  command->add_option("--ranks", args->ranks, "with --memory: data-parallel ranks (default 1)")
+      ->check(positive());
+  command
+      ->add_option("--expert-parallel", args->expert_parallel,
+                   "with --memory: ranks sharing one copy of the experts (default: the train config's, or 1)")
+      ->check(positive());
+  command
+      ->add_option("--micro-batch", args->micro_batch,
+                   "with --memory: sequences per forward pass (default: the train config's, or 1)")
+      ->check(positive());
+  command->add_option(
+      "--device-memory", args->device_memory,
+      "with --memory: the memory of one device (80GB, 192GiB): what fits, the largest micro-batch");
+  command
+      ->add_option("--precision", args->precision, "with --memory: of the products, bf16 (default) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  add_device_option(*command, args->device);
   command->callback([args] { run_info(*args); });
 }
 

@@ -33,6 +33,10 @@ class Arena {
 
   // Ends the step: everything allocated since the last reset is released.
   void reset();
+  // Before a step: one block of at least `bytes`, so that a step using that much never grows the arena
+  // (whose doubling blocks would otherwise hold about twice the high water in the first step). Only
+  // between steps, when nothing is allocated.
+  void reserve(size_t bytes);
 
   size_t used() const { return used_; }
   size_t high_water() const { return high_water_; }

@@ -129,6 +129,14 @@ class ZayaModel {
   size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
   // The most bytes of activations one pass has held so far (the activation arena's high-water mark).
   size_t activation_bytes() const { return arena_.high_water(); }
+  // The most bytes of scratch (values an op or a layer needs only while it runs) one pass has held so far.
+  size_t scratch_bytes() const { return scratch_.high_water(); }
+  // Sizes the activation and scratch arenas before the first pass (from a plan: train/memory_plan.h), so
+  // that no pass grows them: the first step then holds no more than every later one.
+  void reserve_arenas(size_t activations, size_t scratch) {
+    arena_.reserve(activations);
+    scratch_.reserve(scratch);
+  }
 
  private:
   // Called after each decoder layer's forward with what it computed (in a forward-only pass, valid only

@@ -76,6 +76,7 @@ class Optimizer {
   // The floats of state this optimizer holds: momentum for every owned parameter, a second moment for the
   // owned AdamW ones.
   int64_t state_floats() const { return owned_floats_ + second_moment_floats_; }
+  int64_t second_moment_floats() const { return second_moment_floats_; }
 
  private:
   // One Muon parameter: `count` matrices [rows, cols] one after the other (a layer's experts, or one).

@@ -170,6 +170,8 @@ void TrainingRun::build_model() {
   }
   Communicator& expert_holders = P > 1 ? *expert_holders_group_ : *comm_;
   const int64_t local_experts = dims_.experts / P;
+  precision_ = run_precision(config_, resume_, resumed_state_.precision, device_, dims_, *comm_);
+  check_memory();
   Ops& ops = *device_.ops;
   params_ = std::make_unique<ParameterStore>(dims_, ExpertSlice{(rank_ % P) * local_experts, local_experts},
                                              ops.memory());
@@ -179,7 +181,6 @@ void TrainingRun::build_model() {
   const OptimizerShards dense = plan_optimizer_shards(assignments, 0, table.dense_floats(), ranks_);
   const OptimizerShards experts =
       plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(), expert_holders.size());
-  precision_ = run_precision(config_, resume_, resumed_state_.precision, device_, dims_, *comm_);
   const std::vector<std::pair<int64_t, int64_t>> owned = {dense.range(rank_),
                                                           experts.range(expert_holders.rank())};
   optimizer_ = std::make_unique<Optimizer>(*params_, config_.optimizer, ops, owned, precision_.precision);
@@ -188,9 +189,42 @@ void TrainingRun::build_model() {
   expert_shards_ = std::make_unique<OptimizerShards>(experts);
 }
 
+// The run's memory per rank, planned before anything large is allocated (train/memory_plan.h), at the
+// longest sequence of its stages: a run that cannot fit is refused with the plan and the setting to change,
+// never an out-of-memory error at step 1 or when a longer stage begins.
+void TrainingRun::check_memory() {
+  MemoryLayout layout;
+  layout.ranks = ranks_;
+  layout.expert_parallel = expert_parallel_;
+  layout.micro_batch = config_.batch.micro_batch;
+  for (const StageConfig& stage : config_.stages) layout.seq = std::max(layout.seq, stage.seq_len);
+  layout.precision = precision_.precision;
+  memory_plan_ = plan_memory(dims_, config_.optimizer.groups, layout, *device_.ops);
+  // The ranks on one machine share its memory; each GPU is its own.
+  const int64_t capacity =
+      device_.on_host() ? device_.memory_bytes / comm_->local_size() : device_.memory_bytes;
+  if (memory_plan_.total() <= capacity) return;
+  const int64_t fits = largest_micro_batch(dims_, config_.optimizer.groups, layout, *device_.ops, capacity);
+  if (leader_) {
+    std::fprintf(stderr, "zaya train: memory per rank at sequence %lld, micro-batch %lld on %s:\n%s",
+                 (long long)layout.seq, (long long)layout.micro_batch, device_.description.c_str(),
+                 describe_memory_plan(memory_plan_, capacity).c_str());
+  }
+  const auto gib = [](int64_t bytes) {
+    return std::round(double(bytes) / double(int64_t(1) << 30) * 10) / 10;
+  };
+  throw Error(cat("a rank needs ", gib(memory_plan_.total()), " GiB, more than its ", gib(capacity),
+                  " GiB (the plan above): ",
+                  fits > 0 ? cat("lower batch.micro_batch to at most ", fits)
+                           : std::string("no micro-batch fits; raise run.expert_parallel or use more ranks")))
+      .file(config_.source)
+      .field("batch.micro_batch");
+}
+
 // The model over the restored weights, and the step that trains it.
 void TrainingRun::build_step() {
   model_ = std::make_unique<ZayaModel>(*params_, *device_.ops, precision_.precision);
+  model_->reserve_arenas(size_t(memory_plan_.activations), size_t(memory_plan_.scratch));
   model_->set_router_aux_loss(config_.aux_loss);
   model_->set_expert_group(expert_group_.get());
   Communicator& expert_holders = expert_holders_group_ ? *expert_holders_group_ : *comm_;

@@ -21,6 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/batch_prefetcher.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace zaya {
@@ -73,6 +74,7 @@ class TrainingRun {
   void take_run_directory(bool force);
   void check_inputs();
   void build_model();
+  void check_memory();
   void restore_state();
   void build_step();
   void build_data();
@@ -119,6 +121,7 @@ class TrainingRun {
   std::unique_ptr<ParameterStore> params_;
   std::unique_ptr<ParameterTable> whole_model_;  // what the parameter and FLOP counts are of
   PrecisionChoice precision_;
+  MemoryPlan memory_plan_;  // per rank, at the longest stage
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BalancingController> balancing_;
   std::unique_ptr<OptimizerShards> dense_shards_, expert_shards_;  // over the ranks; the experts' per group

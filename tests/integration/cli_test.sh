@@ -97,6 +97,13 @@ check "a config.json nested 100000 deep" 1 "JSON nested deeper than 64 levels" -
 check "--threads past the cores is clamped" 0 "more than the" -- "$zaya" --threads 1000000 info --preset tiny
 check "info at a sequence length of 4e18 (closed form, no loop)" 0 "4000000000000000000" -- \
   timeout 10 "$zaya" info --preset tiny --seq 4000000000000000000
+check "info --memory: the plan per rank and the largest micro-batch that fits" 0 \
+  "largest micro-batch that fits: " -- "$zaya" info --preset tiny --memory --ranks 4 --expert-parallel 2 \
+  --seq 128 --device-memory 100MB
+check "info --memory with a size that is not one" 1 "field '--device-memory': expected a size such as 80GB" -- \
+  "$zaya" info --preset tiny --memory --device-memory 80parsecs
+check "info --memory with experts that do not divide" 1 "field 'run.expert_parallel'" -- \
+  "$zaya" info --preset tiny --memory --ranks 3 --expert-parallel 3
 check "a model under ulimit -v 400 MB: an error, not a crash" 1 "may map 390 MiB (ulimit -v)" -- \
   bash -c 'ulimit -v 400000; exec "$0" bench step --preset tiny --batch 1 --seq 16 --steps 1' "$zaya"
 check "init of a model larger than ulimit -v allows" 1 "this process may map" -- \

@@ -71,6 +71,17 @@ set_data=(--set "data.tokenizer=\"$tmp/tokenizer.json\"" --set "data.validation=
 train=("$zaya" train "$configs/tiny.toml" "${set_data[@]}")
 train() { "${train[@]}" "$@"; }  # in the background use "${train[@]}" itself, so that $! is zaya's pid
 
+# 0. A run that cannot fit in memory is refused before it allocates: the plan, the setting to change, exit 2.
+# (8M tokens a micro-batch: about 120 GB of activations for tiny.)
+out=$(train --run-dir "$tmp/huge" --set batch.micro_batch=65536 --set batch.start_sequences=65536 --set batch.sequences=65536 2>&1)
+code=$?
+if [ $code -eq 2 ] && grep -q "field 'batch.micro_batch': a rank needs .* GiB, more than its .* GiB (the plan above): lower batch.micro_batch to at most" <<<"$out" \
+   && grep -q "activations (one micro-batch)" <<<"$out" && [ ! -e "$tmp/huge/checkpoints" ]; then
+  ok "a run that does not fit is refused with its memory plan"
+else
+  fail "a run too large for memory: exit $code"; echo "$out" | tail -5
+fi
+
 # 1. A whole run: it learns.
 train --run-dir "$tmp/a" > "$tmp/a.log" 2>&1 && ok "tiny run" || { fail "tiny run"; tail -5 "$tmp/a.log"; }
 final=$(grep '"type":"eval"' "$tmp/a/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')

@@ -1,10 +1,12 @@
 // compare_tensors A B TOLERANCE, where A and B are model directories (one model.safetensors or shards and
 // their index) or single .safetensors files: for every tensor of B, the relative L2 difference |a - b| / |b|
 // of A's tensor of the same name. Prints the worst one and exits 1 when it is over TOLERANCE (or a tensor
-// is missing or sized differently), 0 otherwise. For tests that compare two runs' weights.
+// is missing or sized differently), 0 otherwise. Integer tensors (I32: expert choices) are compared as
+// the small integers they hold. For tests that compare two runs' weights or passes.
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -45,7 +47,16 @@ class Tensors {
     }
     if (!file || !entry) return {};
     std::vector<float> out(size_t(entry->shape.numel()));
-    zaya::convert_to_f32(file->view(*entry), out.data());
+    if (entry->dtype == zaya::DType::I32) {  // expert choices: small integers, exact as floats
+      const auto* values = static_cast<const unsigned char*>(file->view(*entry).data);
+      for (size_t i = 0; i < out.size(); ++i) {
+        int32_t value;
+        std::memcpy(&value, values + 4 * i, 4);
+        out[i] = float(value);
+      }
+    } else {
+      zaya::convert_to_f32(file->view(*entry), out.data());
+    }
     return out;
   }
 

@@ -24,12 +24,17 @@ int failing_count() {
 std::string fake_name() {
   return "Fake GPU";
 }
+int64_t fake_memory() {
+  return int64_t(80) << 30;
+}
 
 // A stand-in GPU backend: its ops are the CPU's (select_device only hands them on), its language the
 // emulator's. Taken away again after each test, so no other test sees a GPU.
 class DevicesTest : public ::testing::Test {
  protected:
-  void register_fake(int (*count)()) { register_gpu_backend({"emulated", &cpu_ops, count, fake_name}); }
+  void register_fake(int (*count)()) {
+    register_gpu_backend({"emulated", &cpu_ops, count, fake_name, fake_memory});
+  }
   void TearDown() override { register_gpu_backend({}); }
 };
 
@@ -45,6 +50,7 @@ std::string error_of(const std::string& setting, const char* host_only_work = nu
 TEST_F(DevicesTest, WithoutABackendAutoIsTheCpuAndAGpuIsRefused) {
   EXPECT_EQ(select_device("auto", "--device").name, "cpu");
   EXPECT_EQ(select_device("cpu", "--device").ops, &cpu_ops());
+  EXPECT_GT(select_device("cpu", "--device").memory_bytes, int64_t(1) << 28);  // the machine's RAM
   EXPECT_NE(error_of("cuda").find("field '--device': this zaya was built without a GPU backend"),
             std::string::npos)
       << error_of("cuda");
@@ -56,6 +62,7 @@ TEST_F(DevicesTest, AutoTakesAPresentGpu) {
   const Device device = select_device("auto", "run.device");
   EXPECT_EQ(device.name, "emulated");
   EXPECT_EQ(device.description, "emulated: Fake GPU");
+  EXPECT_EQ(device.memory_bytes, int64_t(80) << 30);
   EXPECT_FALSE(device.on_host());
   EXPECT_EQ(select_device("emulated", "run.device").name, "emulated");
   EXPECT_NE(error_of("cuda").find("built with the emulated GPU backend, not cuda"), std::string::npos);

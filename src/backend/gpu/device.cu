@@ -80,6 +80,12 @@ std::string device_name() {
   return properties.name;
 }
 
+int64_t memory_bytes() {
+  size_t free = 0, total = 0;
+  check(ZAYA_RT(MemGetInfo)(&free, &total), "MemGetInfo");
+  return int64_t(total);
+}
+
 void* allocate(size_t bytes) {
   void* data = nullptr;
   if (bytes == 0) return nullptr;
@@ -123,6 +129,9 @@ int device_count() {
 }
 std::string device_name() {
   return "the GPU emulator (kernels run on the CPU)";
+}
+int64_t memory_bytes() {
+  return emulator::device_memory_bytes();
 }
 
 void* allocate(size_t bytes) {

@@ -4,6 +4,7 @@
 // vendor runtime header.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace zaya {
@@ -27,6 +28,8 @@ const char* language_name();
 int device_count();
 // "NVIDIA H200" and the like.
 std::string device_name();
+// The device's memory in bytes (all of it, not what is free now).
+int64_t memory_bytes();
 
 // Device memory with whatever it held before (as cudaMalloc); throws std::bad_alloc when there is not enough.
 void* allocate(size_t bytes);

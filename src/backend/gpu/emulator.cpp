@@ -108,6 +108,9 @@ void fiber_main() {
 
 void switch_to(BlockRun& run, Fiber& fiber) {
   run.current = &fiber;
+  // Before the switch is announced to ASan, which records the stack's bounds (a fresh fiber's stack given as
+  // null made an exception thrown in its first run a false stack-buffer-underflow).
+  if (!fiber.stack) fiber.stack = std::make_unique<char[]>(kStackBytes);
 #if defined(ZAYA_ASAN_FIBERS)
   void* scheduler_fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&scheduler_fake_stack, fiber.stack.get(), kStackBytes);
@@ -115,7 +118,6 @@ void switch_to(BlockRun& run, Fiber& fiber) {
   if (_setjmp(run.scheduler) == 0) {
     if (fiber.started) _longjmp(fiber.resume, 1);
     fiber.started = true;
-    if (!fiber.stack) fiber.stack = std::make_unique<char[]>(kStackBytes);
     ucontext_t start{};
     getcontext(&start);
     start.uc_stack.ss_sp = fiber.stack.get();
@@ -327,6 +329,10 @@ DeviceMemory& device_memory() {
 }
 
 }  // namespace
+
+int64_t device_memory_bytes() {
+  return int64_t(kRegionBytes);
+}
 
 void* allocate_device(size_t bytes) {
   const size_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;

@@ -59,6 +59,8 @@ void run(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<void()>
 // zeros: a GPU does not clear what it hands out either.
 void* allocate_device(size_t bytes);
 void release_device(void* data) noexcept;
+// What allocate_device can hand out in all (the region it reserves).
+int64_t device_memory_bytes();
 
 // While one lives, device memory is open to the host (kernels, copies and products only). Nests.
 class DeviceAccess {

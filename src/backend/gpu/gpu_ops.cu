@@ -6,6 +6,7 @@
 #include "backend/devices.h"
 #include "backend/gpu/device.h"
 #include "backend/gpu/gpu_ops.h"
+#include "backend/gpu/language.h"  // ZAYA_GPU_EMULATED: the probe size below
 #include "core/error.h"
 
 namespace zaya {
@@ -83,7 +84,7 @@ Ops& gpu::ops() {
 }
 
 GpuBackend gpu::backend() {
-  return {gpu::language_name(), gpu::ops, gpu::device_count, gpu::device_name};
+  return {gpu::language_name(), gpu::ops, gpu::device_count, gpu::device_name, gpu::memory_bytes};
 }
 
 }  // namespace zaya

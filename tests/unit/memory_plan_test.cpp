@@ -1,0 +1,126 @@
+// The memory plan (train/memory_plan.h): its parts against sums worked out from the parameter table and the
+// optimizer's rules, and its activations against the real model's on the CPU, whose first step, given the
+// plan's arenas, allocates nothing more.
+
+#include "train/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "model/model_io.h"
+#include "model/zaya_model.h"
+#include "optim/optimizer.h"
+
+namespace zaya {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+struct Counts {
+  int64_t all = 0, dense = 0, experts = 0, adamw = 0;  // floats
+};
+
+Counts count(const ModelDims& dims) {
+  const ParameterTable table(dims);
+  Counts c;
+  c.all = table.total_floats();
+  c.dense = table.dense_floats();
+  c.experts = c.all - c.dense;
+  for (const ParamAssignment& a : assign_param_groups(table, default_group_rules())) {
+    if (a.optimizer == OptimizerKind::AdamW) c.adamw += a.param->numel();
+  }
+  return c;
+}
+
+// One rank: the whole model, its gradients, momentum for every float and a second moment for AdamW's alone.
+TEST(MemoryPlan, OneRankHoldsTheWholeModelAndItsState) {
+  for (const char* preset : {"tiny", "small"}) {
+    const ModelDims dims = model_dims(preset_config(preset));
+    const Counts c = count(dims);
+    const MemoryPlan plan =
+        plan_memory(dims, default_group_rules(), {1, 1, 2, 64, Precision::F32}, cpu_ops());
+    EXPECT_EQ(plan.weights, c.all * kFloat) << preset;
+    EXPECT_EQ(plan.gradients, c.all * kFloat) << preset;
+    EXPECT_EQ(plan.momentum, c.all * kFloat) << preset;
+    EXPECT_EQ(plan.second_moment, c.adamw * kFloat) << preset;
+    EXPECT_LT(plan.model_buffers, 4096) << preset;  // constants alone: f32 products read the master weights
+    EXPECT_GT(plan.activations, 0) << preset;
+    EXPECT_EQ(plan.total(), plan.weights + plan.model_buffers + plan.gradients + plan.momentum +
+                                plan.second_moment + plan.optimizer_work + plan.activations + plan.scratch +
+                                plan.transient);
+  }
+}
+
+// Four ranks, experts over groups of two: a rank holds the dense parameters and half the experts, and
+// keeps optimizer state for about a quarter of the dense floats and half of its experts' (ZeRO-1 over the
+// ranks, and over the two ranks holding the same experts), never less than an even share.
+TEST(MemoryPlan, ExpertParallelAndZeroOneShareTheModelAndItsState) {
+  const ModelDims dims = model_dims(preset_config("small"));
+  const Counts c = count(dims);
+  const MemoryPlan plan = plan_memory(dims, default_group_rules(), {4, 2, 2, 64, Precision::BF16}, cpu_ops());
+  EXPECT_EQ(plan.weights, (c.dense + c.experts / 2) * kFloat);
+  EXPECT_EQ(plan.gradients, plan.weights);
+  // bf16 products read bf16 copies of the weights: at most half the f32 bytes, and a few KiB of constants.
+  EXPECT_GT(plan.model_buffers, plan.weights / 4);
+  EXPECT_LE(plan.model_buffers, plan.weights / 2 + 4096);
+  const int64_t even_share = (c.dense / 4 + c.experts / 4) * kFloat;
+  EXPECT_GE(plan.momentum, even_share);
+  EXPECT_LT(plan.momentum, 2 * even_share);
+  EXPECT_LE(plan.second_moment, c.adamw * kFloat);
+}
+
+// The plan's activations are the real model's to the byte, its scratch is at least the real one's (the plan
+// routes every token to one expert), and a real model given the plan's arenas allocates nothing in its
+// first step.
+TEST(MemoryPlan, ActivationsAreTheRealModelsAndReservedArenasNeverGrow) {
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    if (precision == Precision::BF16 && !cpu_ops().fast_bf16()) continue;
+    const ZayaConfig config = preset_config("tiny");
+    const ModelDims dims = model_dims(config);
+    const int64_t batch = 3, seq = 70;
+    const MemoryPlan plan =
+        plan_memory(dims, default_group_rules(), {1, 1, batch, seq, precision}, cpu_ops());
+    ParameterStore params(dims);
+    init_parameters(params, 0.3, 5);
+    std::vector<int32_t> ids(size_t(batch * seq));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 7919 % size_t(dims.vocab));
+    const std::vector<int32_t> labels = shifted_labels(ids.data(), batch, seq);
+    const Batch step{ids.data(), labels.data(), nullptr, batch, seq};
+
+    ZayaModel grown(params, cpu_ops(), precision);
+    params.zero_grads();
+    grown.forward_backward(step, 1.0f / float(batch * seq));
+    EXPECT_EQ(int64_t(grown.activation_bytes()), plan.activations);
+    EXPECT_LE(int64_t(grown.scratch_bytes()), plan.scratch);
+
+    ZayaModel reserved(params, cpu_ops(), precision);
+    reserved.reserve_arenas(size_t(plan.activations), size_t(plan.scratch));
+    const size_t allocations = reserved.arena_allocations();
+    reserved.forward_backward(step, 1.0f / float(batch * seq));
+    EXPECT_EQ(reserved.arena_allocations(), allocations);
+  }
+}
+
+TEST(MemoryPlan, TheLargestMicroBatchIsTheLastThatFits) {
+  const ModelDims dims = model_dims(preset_config("tiny"));
+  MemoryLayout layout{1, 1, 1, 128, Precision::F32};
+  const int64_t one = plan_memory(dims, default_group_rules(), layout, cpu_ops()).total();
+  const int64_t capacity = 5 * one;
+  const int64_t largest = largest_micro_batch(dims, default_group_rules(), layout, cpu_ops(), capacity);
+  ASSERT_GT(largest, 1);
+  layout.micro_batch = largest;
+  EXPECT_LE(plan_memory(dims, default_group_rules(), layout, cpu_ops()).total(), capacity);
+  layout.micro_batch = largest + 1;
+  EXPECT_GT(plan_memory(dims, default_group_rules(), layout, cpu_ops()).total(), capacity);
+  EXPECT_EQ(largest_micro_batch(dims, default_group_rules(), layout, cpu_ops(), one - 1), 0);
+}
+
+TEST(MemoryPlan, ALayoutThatCannotBeMadeIsAnError) {
+  const ModelDims dims = model_dims(preset_config("tiny"));  // 4 experts
+  EXPECT_THROW(plan_memory(dims, default_group_rules(), {3, 2, 1, 64, Precision::F32}, cpu_ops()), Error);
+  EXPECT_THROW(plan_memory(dims, default_group_rules(), {3, 3, 1, 64, Precision::F32}, cpu_ops()), Error);
+}
+
+}  // namespace
+}  // namespace zaya
