@@ -14,26 +14,24 @@ namespace zaya {
 class PlanningOps::Reserve final : public MemoryResource {
  public:
   ~Reserve() override {
-    for (const auto& [data, bytes] : live_) munmap(data, bytes);
+    for (const auto& [data, mapping] : live_) munmap(data, mapping.pages);
   }
   void* allocate(size_t bytes) override {
-    const size_t size = std::max<size_t>(align_up(bytes, 4096), 4096);
-    void* data =
-        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    const Mapping mapping{std::max<size_t>(align_up(bytes, 4096), 4096), align_up(bytes)};
+    void* data = mmap(nullptr, mapping.pages, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (data == MAP_FAILED) throw std::bad_alloc();
-    live_[data] = size;
-    live_bytes_ += align_up(bytes);
+    live_[data] = mapping;
+    live_bytes_ += mapping.counted;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
-    sizes_[data] = align_up(bytes);
     return data;
   }
   void release(void* data) noexcept override {
     const auto found = live_.find(data);
     if (found == live_.end()) return;
-    munmap(data, found->second);
+    munmap(data, found->second.pages);
+    live_bytes_ -= found->second.counted;
     live_.erase(found);
-    live_bytes_ -= sizes_[data];
-    sizes_.erase(data);
   }
   void zero(void*, size_t) override {}  // never written, still zero
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -43,8 +41,11 @@ class PlanningOps::Reserve final : public MemoryResource {
   size_t peak_bytes() const { return peak_bytes_; }
 
  private:
-  std::map<void*, size_t> live_;   // mapping -> its length in pages
-  std::map<void*, size_t> sizes_;  // mapping -> the bytes counted for it (as the target's allocator rounds)
+  struct Mapping {
+    size_t pages;    // the mapping's length, whole pages
+    size_t counted;  // the bytes counted for it, as a backend's allocator rounds them
+  };
+  std::map<void*, Mapping> live_;
   size_t live_bytes_ = 0, peak_bytes_ = 0;
 };
 

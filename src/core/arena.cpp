@@ -68,9 +68,6 @@ void Arena::reserve(size_t bytes) {
   if (blocks_.size() == 1 && blocks_[0].size() >= bytes) return;
   blocks_.clear();  // released first: the old blocks and the new one need not fit together
   add_block(bytes);
-  current_ = 0;
-  offset_ = 0;
-  used_ = 0;
 }
 
 size_t Arena::capacity() const {

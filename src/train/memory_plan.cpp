@@ -13,16 +13,20 @@
 namespace zaya {
 namespace {
 
-// The float ranges of the layout whose optimizer state rank `rank` keeps (ZeRO-1, as TrainingRun shards it:
-// the dense parameters over every rank, the experts over the ranks that hold the same ones).
-std::vector<std::pair<int64_t, int64_t>> owned_ranges(const std::vector<ParamAssignment>& assignments,
-                                                      const ParameterTable& table, const MemoryLayout& layout,
-                                                      int rank) {
-  const OptimizerShards dense = plan_optimizer_shards(assignments, 0, table.dense_floats(), layout.ranks);
-  const OptimizerShards experts = plan_optimizer_shards(
-      assignments, table.dense_floats(), table.total_floats(), layout.ranks / layout.expert_parallel);
-  return {dense.range(rank), experts.range(rank / layout.expert_parallel)};
-}
+// ZeRO-1 as TrainingRun shards it: the dense parameters over every rank, the experts over the ranks that
+// hold the same ones.
+struct ZeroShards {
+  OptimizerShards dense, experts;
+  ZeroShards(const std::vector<ParamAssignment>& assignments, const ParameterTable& table,
+             const MemoryLayout& layout)
+      : dense(plan_optimizer_shards(assignments, 0, table.dense_floats(), layout.ranks)),
+        experts(plan_optimizer_shards(assignments, table.dense_floats(), table.total_floats(),
+                                      layout.ranks / layout.expert_parallel)) {}
+  // The float ranges of the layout whose optimizer state `rank` keeps.
+  std::vector<std::pair<int64_t, int64_t>> owned(int rank, const MemoryLayout& layout) const {
+    return {dense.range(rank), experts.range(rank / layout.expert_parallel)};
+  }
+};
 
 // The floats of state that `owned` gives a rank: one per parameter, and one more per AdamW parameter.
 int64_t state_floats(const std::vector<ParamAssignment>& assignments,
@@ -38,12 +42,12 @@ int64_t state_floats(const std::vector<ParamAssignment>& assignments,
 }
 
 // The rank whose optimizer state is the largest.
-int fullest_rank(const std::vector<ParamAssignment>& assignments, const ParameterTable& table,
+int fullest_rank(const std::vector<ParamAssignment>& assignments, const ZeroShards& shards,
                  const MemoryLayout& layout) {
   int fullest = 0;
   int64_t most = -1;
   for (int rank = 0; rank < layout.ranks; ++rank) {
-    const int64_t floats = state_floats(assignments, owned_ranges(assignments, table, layout, rank));
+    const int64_t floats = state_floats(assignments, shards.owned(rank, layout));
     if (floats > most) {
       most = floats;
       fullest = rank;
@@ -107,8 +111,9 @@ MemoryPlan plan_memory(const ModelDims& dims, const std::vector<GroupRule>& grou
   }
 
   const std::vector<ParamAssignment> assignments = assign_param_groups(params.table(), groups);
+  const ZeroShards shards(assignments, params.table(), layout);
   const std::vector<std::pair<int64_t, int64_t>> owned =
-      owned_ranges(assignments, params.table(), layout, fullest_rank(assignments, params.table(), layout));
+      shards.owned(fullest_rank(assignments, shards, layout), layout);
   OptimizerConfig config;
   config.groups = groups;
   before = planning.live_bytes();
