@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/gpu/emulator.h"
+#include "backend/gpu/language.h"
 #include "core/error.h"
 
 namespace zaya::gpu::emulator {
@@ -58,6 +59,39 @@ TEST(GpuEmulator, EachBlockFindsItsSharedMemoryPoisoned) {
     shared[linear()] = 0;  // what the next block must not see
   });
   for (uint32_t bits : first_read) EXPECT_EQ(bits, 0xffffffffu);
+}
+
+// Blocks run three at a time, a phase each in turn: a read-modify-write of one global value across a barrier,
+// which a GPU runs racily, loses updates here too, instead of passing because blocks ran one after another.
+TEST(GpuEmulator, BlocksInterleaveSoThatARaceBetweenThemShows) {
+  int counter = 0;
+  run({12, 1, 1}, {32, 1, 1}, 0, [&] {
+    int seen = 0;
+    if (linear() == 0) seen = counter;
+    sync_threads();
+    if (linear() == 0) counter = seen + 1;
+  });
+  EXPECT_LT(counter, 12);
+  EXPECT_GT(counter, 0);
+}
+
+// ZAYA_SHARED_ARRAY: every block its own static shared memory, the same for all its threads, with all bits
+// set when it starts, however the blocks interleave.
+TEST(GpuEmulator, EachBlockHasItsOwnPoisonedStaticSharedMemory) {
+  std::vector<uint32_t> first_read(9), own(9 * 32);
+  run({9, 1, 1}, {32, 1, 1}, 0, [&] {
+    ZAYA_SHARED_ARRAY(values, uint32_t[32]);
+    ZAYA_SHARED_ARRAY(pairs, double[2][4]);
+    const unsigned block = block_index().x;
+    if (linear() == 0) first_read[block] = values[7];
+    sync_threads();
+    values[linear()] = block * 1000 + linear();
+    if (linear() < 8) pairs[linear() / 4][linear() % 4] = block;
+    sync_threads();
+    own[block * 32 + linear()] = values[(linear() + 1) % 32] - 1000 * uint32_t(pairs[1][3]);
+  });
+  for (uint32_t bits : first_read) EXPECT_EQ(bits, 0xffffffffu);
+  for (unsigned i = 0; i < own.size(); ++i) EXPECT_EQ(own[i], (i % 32 + 1) % 32) << i;
 }
 
 TEST(GpuEmulator, ABarrierOrdersTheThreadsOfABlock) {

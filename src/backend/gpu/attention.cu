@@ -166,9 +166,9 @@ void attention_forward_kernel(Problem p, const float* q, const float* k, const f
   constexpr int R = T::kRowsPerThread, C = T::kColsPerThread, E = T::kDimsPerThread;
   static_assert(sizeof(float) * (T::kRows * T::kLd + T::kCols * T::kLd + T::kRows * T::kScoreLd) <=
                 kSharedLimit);
-  ZAYA_SHARED float q_tile[T::kRows * T::kLd];       // [query, d]
-  ZAYA_SHARED float kv_tile[T::kCols * T::kLd];      // [key, d]: the tile's keys, then its values
-  ZAYA_SHARED float p_tile[T::kRows * T::kScoreLd];  // [query, key]: exp(score - running max)
+  ZAYA_SHARED_ARRAY(q_tile, float[T::kRows * T::kLd]);       // [query, d]
+  ZAYA_SHARED_ARRAY(kv_tile, float[T::kCols * T::kLd]);      // [key, d]: the tile's keys, then its values
+  ZAYA_SHARED_ARRAY(p_tile, float[T::kRows * T::kScoreLd]);  // [query, key]: exp(score - running max)
   const int ty = thread_x() / kLanes, tx = thread_x() % kLanes;
   const int64_t b = block_z(), i0 = int64_t(block_x()) * T::kRows;
   const int h = block_y(), g = p.group_of(h);
@@ -261,10 +261,10 @@ void attention_dq_kernel(Problem p, const float* q, const float* k, const float*
   constexpr int R = T::kRowsPerThread, C = T::kColsPerThread, E = T::kDimsPerThread;
   static_assert(sizeof(float) * (2 * T::kRows * T::kLd + T::kCols * T::kLd + T::kRows * T::kScoreLd) <=
                 kSharedLimit);
-  ZAYA_SHARED float q_tile[T::kRows * T::kLd];        // [query, d]
-  ZAYA_SHARED float do_tile[T::kRows * T::kLd];       // [query, d]
-  ZAYA_SHARED float kv_tile[T::kCols * T::kLd];       // [key, d]: the tile's values, then its keys
-  ZAYA_SHARED float ds_tile[T::kRows * T::kScoreLd];  // [query, key]
+  ZAYA_SHARED_ARRAY(q_tile, float[T::kRows * T::kLd]);        // [query, d]
+  ZAYA_SHARED_ARRAY(do_tile, float[T::kRows * T::kLd]);       // [query, d]
+  ZAYA_SHARED_ARRAY(kv_tile, float[T::kCols * T::kLd]);       // [key, d]: the tile's values, then its keys
+  ZAYA_SHARED_ARRAY(ds_tile, float[T::kRows * T::kScoreLd]);  // [query, key]
   const int ty = thread_x() / kLanes, tx = thread_x() % kLanes;
   const int64_t b = block_z(), i0 = int64_t(block_x()) * T::kRows;
   const int h = block_y(), g = p.group_of(h);
@@ -327,13 +327,14 @@ void attention_dkv_kernel(Problem p, const float* q, const float* k, const float
   static_assert(sizeof(float) * (2 * T::kRows * T::kLd + 2 * T::kCols * T::kLd + 2 * T::kRows * T::kScoreLd +
                                  2 * T::kCols) <=
                 kSharedLimit);
-  ZAYA_SHARED float k_tile[T::kRows * T::kLd];        // [key, d]
-  ZAYA_SHARED float v_tile[T::kRows * T::kLd];        // [key, d]
-  ZAYA_SHARED float q_tile[T::kCols * T::kLd];        // [query, d]
-  ZAYA_SHARED float do_tile[T::kCols * T::kLd];       // [query, d]
-  ZAYA_SHARED float p_tile[T::kRows * T::kScoreLd];   // [key, query]: P^T
-  ZAYA_SHARED float ds_tile[T::kRows * T::kScoreLd];  // [key, query]: dS^T
-  ZAYA_SHARED float query_lse[T::kCols], query_delta[T::kCols];
+  ZAYA_SHARED_ARRAY(k_tile, float[T::kRows * T::kLd]);        // [key, d]
+  ZAYA_SHARED_ARRAY(v_tile, float[T::kRows * T::kLd]);        // [key, d]
+  ZAYA_SHARED_ARRAY(q_tile, float[T::kCols * T::kLd]);        // [query, d]
+  ZAYA_SHARED_ARRAY(do_tile, float[T::kCols * T::kLd]);       // [query, d]
+  ZAYA_SHARED_ARRAY(p_tile, float[T::kRows * T::kScoreLd]);   // [key, query]: P^T
+  ZAYA_SHARED_ARRAY(ds_tile, float[T::kRows * T::kScoreLd]);  // [key, query]: dS^T
+  ZAYA_SHARED_ARRAY(query_lse, float[T::kCols]);
+  ZAYA_SHARED_ARRAY(query_delta, float[T::kCols]);
   const int ty = thread_x() / kLanes, tx = thread_x() % kLanes;
   const int64_t b = block_z(), j0 = int64_t(block_x()) * T::kRows;
   const int g = block_y(), groups = p.heads / p.kv_heads;
@@ -406,8 +407,9 @@ ZAYA_KERNEL(kDecodeThreads)
 void attention_decode_kernel(const float* q, const float* keys, const float* values, int64_t first,
                              int64_t width, int heads, int kv_heads, int dim, float scale, float* scores,
                              float* out) {
-  ZAYA_SHARED float reduce[gpu::kMaxWarps + 1];
-  ZAYA_SHARED float parts[kDecodeParts][kMaxHeadDim];  // [part, d]: the value sums of each part of the keys
+  ZAYA_SHARED_ARRAY(reduce, float[gpu::kMaxWarps + 1]);
+  ZAYA_SHARED_ARRAY(parts,
+                    float[kDecodeParts][kMaxHeadDim]);  // [part, d]: the value sums of each part of the keys
   const int h = block_x(), g = h / (heads / kv_heads), tid = thread_x();
   const int warps = int(kDecodeThreads) / gpu::kWarpSize;
   const float* query = q + int64_t(h) * dim;

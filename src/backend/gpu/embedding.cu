@@ -83,7 +83,7 @@ constexpr int kSortTile = 1024;
 constexpr unsigned kSortThreads = 256;
 
 ZAYA_KERNEL(kSortThreads) void sort_tiles_kernel(const int32_t* ids, int64_t tokens, uint64_t* keys) {
-  ZAYA_SHARED uint64_t buffers[2][kSortTile];
+  ZAYA_SHARED_ARRAY(buffers, uint64_t[2][kSortTile]);
   const int64_t first = int64_t(block_x()) * kSortTile;
   for (int i = thread_x(); i < kSortTile; i += block_dim_x()) {
     const int64_t t = first + i;
@@ -121,7 +121,7 @@ constexpr unsigned kScanThreads = 1024;
 
 ZAYA_KERNEL(kScanThreads)
 void list_runs_kernel(const uint64_t* sorted, int64_t n, int32_t* starts, int32_t* runs) {
-  ZAYA_SHARED int32_t scan[2][kScanThreads];
+  ZAYA_SHARED_ARRAY(scan, int32_t[2][kScanThreads]);
   const int threads = block_dim_x(), me = thread_x();
   const int64_t stretch = (n + threads - 1) / threads;
   const int64_t first = smaller(n, me * stretch), last = smaller(n, first + stretch);
@@ -155,7 +155,7 @@ ZAYA_KERNEL(gpu::kColumnTile* gpu::kRowLanes)
 void table_gradient_kernel(const uint64_t* sorted, const int32_t* starts, const int32_t* runs,
                            const float* dout, const float* scale, int64_t hidden, int32_t skip_id,
                            float* dtable) {
-  ZAYA_SHARED float lanes[gpu::kRowLanes][gpu::kColumnTile];
+  ZAYA_SHARED_ARRAY(lanes, float[gpu::kRowLanes][gpu::kColumnTile]);
   const int64_t column = int64_t(block_y()) * gpu::kColumnTile + thread_x();
   const bool inside = column < hidden;
   const float column_scale = inside ? scale[column] : 0.0f;

@@ -16,6 +16,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -38,6 +39,10 @@ namespace {
 // Enough for a kernel's locals (an attention row's accumulators), with room for the sanitizers' frames.
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr unsigned kMaxThreadsPerBlock = 1024;
+// A block's static shared memory (ZAYA_SHARED_ARRAY), at most: more than CUDA's 48 KiB.
+constexpr size_t kStaticSharedBytes = 64 * 1024;
+// Blocks that run at once, their phases (from one barrier to the next) interleaved.
+constexpr size_t kConcurrentBlocks = 3;
 
 enum class State : uint8_t { Runnable, AtBarrier, AtExchange, Done };
 
@@ -54,14 +59,19 @@ struct Fiber {
 #endif
 };
 
-// The block being run: its fibers and the scheduler they return to.
+// A block being run: its fibers, the scheduler they return to, its shared memory.
 struct BlockRun {
   jmp_buf scheduler;
   std::vector<Fiber> fibers = std::vector<Fiber>(kMaxThreadsPerBlock);  // never moved: fibers hold jumps
   size_t count = 0;                                                     // fibers of this block
   Fiber* current = nullptr;
   Dim3 block, grid, block_dim;
-  std::vector<unsigned char> shared;
+  bool active = false;                // running a block of the launch now
+  std::vector<unsigned char> shared;  // dynamic
+  // Static: a declaration's array at the offset of its site, in the order the block's threads reach them.
+  std::vector<unsigned char> statics = std::vector<unsigned char>(kStaticSharedBytes, 0xff);
+  std::vector<std::pair<const void*, size_t>> sites;
+  size_t statics_used = 0;
   const std::function<void()>* thread = nullptr;
   std::exception_ptr error;
 #if defined(ZAYA_ASAN_FIBERS)
@@ -183,22 +193,36 @@ bool release_barrier(BlockRun& run) {
   return true;
 }
 
-void run_block(BlockRun& run) {
+// Starts block `index` of the launch in `run`: its shared memory, dynamic and static, holds whatever the
+// block before left on a GPU, here all bits set (NaN as f32), so that a read of what this block did not
+// write shows in the results.
+void start_block(BlockRun& run, uint32_t index) {
+  const Dim3& grid = run.grid;
+  run.block = {index % grid.x, index / grid.x % grid.y, unsigned(index / (size_t(grid.x) * grid.y))};
+  std::fill(run.shared.begin(), run.shared.end(), 0xff);
+  std::fill(run.statics.begin(), run.statics.begin() + ptrdiff_t(run.statics_used), 0xff);
+  run.statics_used = 0;
+  run.sites.clear();
   for (size_t i = 0; i < run.count; ++i) run.fibers[i].state = State::Runnable;
-  for (;;) {
-    for (size_t i = 0; i < run.count; ++i) {
-      if (run.fibers[i].state == State::Runnable) switch_to(run, run.fibers[i]);
-      if (run.error) std::rethrow_exception(run.error);
-    }
-    bool all_done = true;
-    for (size_t i = 0; i < run.count; ++i) all_done = all_done && run.fibers[i].state == State::Done;
-    if (all_done) return;
-    const bool exchanged = release_exchanges(run);
-    if (!exchanged && !release_barrier(run)) {
-      throw Error(cat("emulated GPU: the threads of ", where(run),
-                      " wait at different barriers or exchanges (a deadlock on a GPU)"));
-    }
+  run.active = true;
+}
+
+// One phase of a block: every runnable thread runs until it waits or ends, then the warp exchanges or the
+// barrier they all reached are released. False once every thread has ended.
+bool step_block(BlockRun& run) {
+  for (size_t i = 0; i < run.count; ++i) {
+    if (run.fibers[i].state == State::Runnable) switch_to(run, run.fibers[i]);
+    if (run.error) std::rethrow_exception(run.error);
   }
+  bool all_done = true;
+  for (size_t i = 0; i < run.count; ++i) all_done = all_done && run.fibers[i].state == State::Done;
+  if (all_done) return false;
+  const bool exchanged = release_exchanges(run);
+  if (!exchanged && !release_barrier(run)) {
+    throw Error(cat("emulated GPU: the threads of ", where(run),
+                    " wait at different barriers or exchanges (a deadlock on a GPU)"));
+  }
+  return true;
 }
 
 // The blocks of a launch in a shuffled order, a new one at every launch (seeded by the launch's number, so
@@ -255,42 +279,70 @@ void* dynamic_shared() {
   return active().shared.data();
 }
 
+void* static_shared(const void* site, size_t bytes, size_t alignment) {
+  BlockRun& run = active();
+  for (const auto& [known, offset] : run.sites) {
+    if (known == site) return run.statics.data() + offset;
+  }
+  const size_t offset = (run.statics_used + alignment - 1) / alignment * alignment;
+  if (offset + bytes > kStaticSharedBytes) {
+    throw Error(cat("emulated GPU: ", offset + bytes, " bytes of static shared memory in ", where(run),
+                    " (at most ", kStaticSharedBytes, ")"));
+  }
+  run.sites.emplace_back(site, offset);
+  run.statics_used = offset + bytes;
+  return run.statics.data() + offset;
+}
+
 void run(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<void()>& thread) {
   if (running != nullptr) throw Error("emulated GPU: a kernel launched from inside a kernel");
   const size_t threads = size_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > kMaxThreadsPerBlock) {
     throw Error(cat("emulated GPU: a block of ", threads, " threads (1 to ", kMaxThreadsPerBlock, ")"));
   }
-  thread_local BlockRun state;
-  BlockRun& run = state;
-  run.count = threads;
-  run.grid = grid;
-  run.block_dim = block;
-  run.thread = &thread;
-  run.error = nullptr;
-  run.shared.resize(shared_bytes);
-  size_t i = 0;
-  for (unsigned z = 0; z < block.z; ++z)
-    for (unsigned y = 0; y < block.y; ++y)
-      for (unsigned x = 0; x < block.x; ++x) run.fibers[i++].index = {x, y, z};
+  thread_local std::array<BlockRun, kConcurrentBlocks> slots;
+  for (BlockRun& run : slots) {
+    run.count = threads;
+    run.grid = grid;
+    run.block_dim = block;
+    run.thread = &thread;
+    run.error = nullptr;
+    run.shared.resize(shared_bytes);
+    size_t i = 0;
+    for (unsigned z = 0; z < block.z; ++z)
+      for (unsigned y = 0; y < block.y; ++y)
+        for (unsigned x = 0; x < block.x; ++x) run.fibers[i++].index = {x, y, z};
+  }
   const std::vector<uint32_t> order = block_order(size_t(grid.x) * grid.y * grid.z);
   const DeviceAccess access;
-  running = &run;
   try {
-    for (const uint32_t block : order) {
-      run.block = {block % grid.x, block / grid.x % grid.y, unsigned(block / (size_t(grid.x) * grid.y))};
-      // Shared memory holds whatever the block before left on a GPU: here all bits set (NaN as f32), so
-      // that a read of what this block did not write shows in the results.
-      std::fill(run.shared.begin(), run.shared.end(), 0xff);
-      run_block(run);
-    }
+    // Up to kConcurrentBlocks blocks at once, taken in the shuffled order, a phase of each in turn: a block
+    // that reads what another writes without a launch between them sees it half done, as on a GPU.
+    size_t next = 0, active = 0;
+    do {
+      for (BlockRun& run : slots) {
+        if (!run.active && next < order.size()) {
+          start_block(run, order[next++]);
+          ++active;
+        }
+        if (!run.active) continue;
+        running = &run;
+        if (!step_block(run)) {
+          run.active = false;
+          --active;
+        }
+        running = nullptr;
+      }
+    } while (active > 0 || next < order.size());
   } catch (...) {
     // The threads that had not finished wait inside a kernel that is gone: they start afresh next time.
-    for (size_t j = 0; j < run.count; ++j) run.fibers[j].started = run.fibers[j].state == State::Done;
+    for (BlockRun& run : slots) {
+      for (size_t j = 0; j < run.count; ++j) run.fibers[j].started = run.fibers[j].state == State::Done;
+      run.active = false;
+    }
     running = nullptr;
     throw;
   }
-  running = nullptr;
 }
 
 namespace {

@@ -1,9 +1,10 @@
 #pragma once
 // The GPU emulator: runs zaya's kernels on the CPU with the GPU's execution model, so that every kernel is
-// tested against the CPU backend where no GPU exists. The blocks of a launch run one after another, in a
-// shuffled order, each finding its dynamic shared memory poisoned (all bits set); the threads of a block run
-// as fibers on one host thread, each until it reaches a barrier (sync_threads) or a
-// warp exchange (shuffle_xor), which is where a GPU's threads meet too. It is strict where a GPU is
+// tested against the CPU backend where no GPU exists. The blocks of a launch are taken in a shuffled order,
+// three at a time, their phases (barrier to barrier) interleaved, each finding its shared memory, dynamic
+// and static, poisoned (all bits set); the threads of a block run as fibers on one host thread, each until
+// it reaches a barrier (sync_threads) or a warp exchange (shuffle_xor), which is where a GPU's threads meet
+// too. It is strict where a GPU is
 // undefined: a barrier that not every thread of the block reaches, or an exchange with a lane that has
 // exited or does not exist, is reported (Error), not papered over. Not a fast path: tests only.
 
@@ -37,8 +38,15 @@ const Dim3& grid_dim();
 void sync_threads();
 // The 8 bytes of lane (this lane ^ lane_mask), once every lane of the warp has called it.
 uint64_t exchange_in_warp(uint64_t bits, int lane_mask);
-// The launch's dynamic shared memory.
+// The launch's dynamic shared memory, the running block's.
 void* dynamic_shared();
+// The running block's static shared memory for the declaration at `site` (ZAYA_SHARED_ARRAY): the same for
+// every thread of the block, its own for each block.
+void* static_shared(const void* site, size_t bytes, size_t alignment);
+template <class Array>
+Array& block_shared(const void* site) {
+  return *static_cast<Array*>(static_shared(site, sizeof(Array), alignof(Array)));
+}
 
 template <class T>
 T shuffle_xor(T value, int lane_mask) {

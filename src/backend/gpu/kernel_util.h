@@ -76,7 +76,7 @@ ZAYA_DEVICE float block_max(float value, float* scratch) {
 template <unsigned kBlockThreads>
 ZAYA_KERNEL(kBlockThreads)
 void add_values_kernel(const double* values, int64_t count, double* sum) {
-  ZAYA_SHARED double scratch[kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, double[kMaxWarps + 1]);
   double total = 0;
   for (int64_t i = thread_x(); i < count; i += block_dim_x()) total += values[i];
   total = block_sum(total, scratch);
@@ -93,7 +93,7 @@ inline constexpr unsigned kColumnTile = 32, kRowLanes = 8;
 template <class Term>
 ZAYA_KERNEL(kColumnTile* kRowLanes)
 void column_partial_sums(Term term, int64_t rows, int64_t n, float* partial) {
-  ZAYA_SHARED float lanes[kRowLanes][kColumnTile];
+  ZAYA_SHARED_ARRAY(lanes, float[kRowLanes][kColumnTile]);
   const int64_t column = int64_t(block_x()) * kColumnTile + thread_x();
   const int64_t chunk = block_y();
   const int64_t first = chunk * kChunkRows, last = first + kChunkRows < rows ? first + kChunkRows : rows;

@@ -28,19 +28,27 @@
 // A kernel, with the most threads a block of it is launched with: the compiler keeps its registers within
 // what a block that size may hold (an unbounded kernel can fail to launch at 1024 threads). Every kernel
 // states it; a launch with a larger block is refused (check_launch).
+//
+// ZAYA_SHARED_ARRAY(name, type): a block's static shared memory, `type` an array type (float[64],
+// double[2][32]). On a GPU a __shared__ variable; in the emulator, which runs several blocks at once, the
+// running block's own, found by the address of a static marking the declaration.
 #if defined(ZAYA_GPU_CUDA) || defined(ZAYA_GPU_HIP)
 #define ZAYA_KERNEL(max_threads) __global__ __launch_bounds__(max_threads)
 #define ZAYA_DEVICE __device__ __forceinline__
-#define ZAYA_SHARED __shared__
+#define ZAYA_SHARED_ARRAY(name, ...) __shared__ ::zaya::gpu::SharedArray<__VA_ARGS__> name
 #else
 #define ZAYA_KERNEL(max_threads)
 #define ZAYA_DEVICE inline
-// The emulator runs the blocks of a launch one after another on one host thread, so a function-local
-// static is exactly one block's shared memory.
-#define ZAYA_SHARED static
+#define ZAYA_SHARED_ARRAY(name, ...)            \
+  static char name##_site;                      \
+  ::zaya::gpu::SharedArray<__VA_ARGS__>& name = \
+      ::zaya::gpu::emulator::block_shared<::zaya::gpu::SharedArray<__VA_ARGS__>>(&name##_site)
 #endif
 
 namespace zaya::gpu {
+
+template <class Array>
+using SharedArray = Array;  // lets an array type stand before the name it declares
 
 #if defined(ZAYA_GPU_CUDA)
 using Stream = cudaStream_t;

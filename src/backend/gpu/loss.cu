@@ -23,7 +23,7 @@ constexpr unsigned kLossThreads = 512;  // rows are long (vocabularies up to ~26
 ZAYA_KERNEL(kLossThreads)
 void cross_entropy_rows_kernel(const float* logits, const int32_t* labels, int64_t vocab, float grad_scale,
                                float* dlogits, uint16_t* dlogits_bf16, double* row_loss) {
-  ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
   const int64_t row = block_x();
   const int32_t label = labels[row];
   const float* z = logits + row * vocab;                                 // [vocab]

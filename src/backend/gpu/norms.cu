@@ -15,7 +15,7 @@ constexpr unsigned kRowThreads = 256;
 ZAYA_KERNEL(kRowThreads)
 void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, float eps, float* y,
                             float* rstd) {
-  ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
   const int64_t row = block_x();
   const float* xr = x + row * n;
   float sum_squares = 0;
@@ -30,7 +30,7 @@ void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, floa
 ZAYA_KERNEL(kRowThreads)
 void rmsnorm_backward_kernel(const float* x, const float* weight, const float* rstd, const float* dy,
                              int64_t n, float* dx, bool accumulate) {
-  ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
   const int64_t row = block_x();
   const float* xr = x + row * n;
   const float* dyr = dy + row * n;

@@ -38,7 +38,7 @@ constexpr int64_t kSumBlocks = 1024;
 
 // partial[block] = the sum of x[i]^2 in double over the grid-strided elements of this block.
 ZAYA_KERNEL(gpu::kThreads) void sum_squares_partials_kernel(const float* x, int64_t count, double* partial) {
-  ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, double[gpu::kMaxWarps + 1]);
   const int64_t stride = int64_t(grid_dim_x()) * block_dim_x();
   double sum = 0;
   for (int64_t i = global_index(); i < count; i += stride) sum += double(x[i]) * x[i];
@@ -93,7 +93,7 @@ constexpr unsigned kTileRows = 8;        // a 32 x 8 block moves a tile, 4 eleme
 // extra column keeps the column reads off a single bank.
 ZAYA_KERNEL(kTile* kTileRows)
 void transpose_kernel(const float* src, int64_t rows, int64_t cols, float* dst) {
-  ZAYA_SHARED float tile[kTile][kTile + 1];
+  ZAYA_SHARED_ARRAY(tile, float[kTile][kTile + 1]);
   const int64_t offset = int64_t(block_z()) * rows * cols;
   const int64_t row0 = int64_t(block_y()) * kTile, col0 = int64_t(block_x()) * kTile;
   for (int y = thread_y(); y < kTile; y += block_dim_y()) {
@@ -110,7 +110,7 @@ void transpose_kernel(const float* src, int64_t rows, int64_t cols, float* dst) 
 // x[matrix] /= (|x[matrix]|_F + 1e-7), one block per matrix of `size` elements. As the CPU: the sum of
 // squares in double, the norm rounded to f32 before the eps is added.
 ZAYA_KERNEL(kNormThreads) void normalise_kernel(float* x, int64_t size) {
-  ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, double[gpu::kMaxWarps + 1]);
   float* matrix = x + int64_t(block_x()) * size;
   double sum = 0;
   for (int64_t i = thread_x(); i < size; i += block_dim_x()) sum += double(matrix[i]) * matrix[i];

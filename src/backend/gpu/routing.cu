@@ -97,7 +97,7 @@ struct StatPartials {
 ZAYA_KERNEL(kStatThreads)
 void router_statistics_partials(const float* probs, const float* lse, const int32_t* choice, int64_t tokens,
                                 int64_t routes, StatPartials partials) {
-  ZAYA_SHARED double scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, double[gpu::kMaxWarps + 1]);
   const int64_t chunk = block_x();
   const int64_t first = chunk * kStatTokens;
   const int64_t last = first + kStatTokens < tokens ? first + kStatTokens : tokens;
@@ -241,7 +241,7 @@ ZAYA_DEVICE int32_t warp_inclusive_scan(int32_t value) {
 // returns carry + the sum of all of in. in and out may alias. Every thread of the block must call it.
 template <class Out>
 ZAYA_DEVICE int64_t block_exclusive_scan(const int32_t* in, int64_t n, int64_t carry, Out* out) {
-  ZAYA_SHARED int32_t warp_totals[gpu::kMaxWarps];
+  ZAYA_SHARED_ARRAY(warp_totals, int32_t[gpu::kMaxWarps]);
   const int warps = block_dim_x() / kWarpSize;
   for (int64_t start = 0; start < n; start += block_dim_x()) {
     const int64_t i = start + thread_x();
@@ -313,7 +313,7 @@ constexpr unsigned kDotThreads = 128;
 
 ZAYA_KERNEL(kDotThreads)
 void gather_dot_kernel(const float* a, const int32_t* order, const float* b, int64_t n, float* out) {
-  ZAYA_SHARED float scratch[gpu::kMaxWarps + 1];
+  ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
   const int64_t i = block_x();
   const float* x = a + int64_t(order[i]) * n;  // [n]
   const float* y = b + i * n;                  // [n]
