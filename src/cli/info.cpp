@@ -31,6 +31,7 @@ struct InfoArgs {
   int64_t micro_batch = 0;             // 0: the train config's, else 1
   std::string device_memory;           // "80GB": the capacity to plan against; "": the device's own
   std::string precision = "bf16";
+  std::string recompute;  // "": the train config's, else none
   std::string device = "auto";
 };
 
@@ -74,6 +75,9 @@ void print_memory(const InfoArgs& args, const ZayaConfig& config, const std::opt
                                                     : 1;
   layout.micro_batch = args.micro_batch > 0 ? args.micro_batch : run ? run->batch.micro_batch : 1;
   layout.precision = args.precision == "fp32" ? Precision::F32 : Precision::BF16;
+  layout.recompute = !args.recompute.empty() ? *recompute_from_name(args.recompute)
+                     : run                   ? run->run.recompute
+                                             : Recompute::None;
   const int64_t capacity =
       args.device_memory.empty() ? 0 : parse_bytes(args.device_memory, "--device-memory");
   const std::vector<GroupRule> groups = run ? run->optimizer.groups : default_group_rules();
@@ -82,11 +86,25 @@ void print_memory(const InfoArgs& args, const ZayaConfig& config, const std::opt
     layout.seq = seq;
     const MemoryPlan plan = plan_memory(dims, groups, layout, *device.ops);
     std::printf(
-        "memory per rank: %d rank%s, expert parallel %d, micro-batch %lld x %lld tokens, %s, sizes as %s "
-        "takes them\n",
+        "memory per rank: %d rank%s, expert parallel %d, micro-batch %lld x %lld tokens, %s, recompute %s, "
+        "sizes as %s takes them\n",
         layout.ranks, layout.ranks == 1 ? "" : "s", layout.expert_parallel, (long long)layout.micro_batch,
-        (long long)seq, std::string(precision_name(layout.precision)).c_str(), device.description.c_str());
+        (long long)seq, std::string(precision_name(layout.precision)).c_str(),
+        recompute_name(layout.recompute), device.description.c_str());
     std::printf("%s", describe_memory_plan(plan, capacity).c_str());
+    // What each run.recompute would hold of activations (kept and recomputed), the rest being the same.
+    std::string by_recompute;
+    for (const Recompute recompute : {Recompute::None, Recompute::Attention, Recompute::Layer}) {
+      MemoryLayout other = layout;
+      other.recompute = recompute;
+      const MemoryPlan with =
+          recompute == layout.recompute ? plan : plan_memory(dims, groups, other, *device.ops);
+      char size[32];
+      std::snprintf(size, sizeof size, "%.2f GiB",
+                    double(with.activations + with.recomputed) / double(1 << 30));
+      by_recompute += cat(by_recompute.empty() ? "" : ", ", recompute_name(recompute), " ", size);
+    }
+    std::printf("  activations with run.recompute: %s\n", by_recompute.c_str());
     if (capacity > 0) {
       std::printf("  largest micro-batch that fits: %lld sequences of %lld\n",
                   (long long)largest_micro_batch(dims, groups, layout, *device.ops, capacity),
@@ -181,6 +199,12 @@ void add_info_command(CLI::App& app) {
   command
       ->add_option("--precision", args->precision, "with --memory: of the products, bf16 (default) or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  command
+      ->add_option(
+          "--recompute", args->recompute,
+          "with --memory: what the backward pass computes again, none, attention or layer (default: the "
+          "train config's, or none)")
+      ->check(CLI::IsMember({"none", "attention", "layer"}));
   add_device_option(*command, args->device);
   command->callback([args] { run_info(*args); });
 }

@@ -27,8 +27,10 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Ranks on this machine (for dividing its cores among them).
+  // Ranks on this machine (for dividing its cores among them), and this one's place among them (which of
+  // the machine's GPUs it takes).
   virtual int local_size() const = 0;
+  virtual int local_rank() const = 0;
 
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   virtual void all_reduce_sum(double* data, int64_t count) = 0;

@@ -65,6 +65,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_size() const override { return local_size_; }
+  int local_rank() const override { return local_rank_; }
 
   void all_reduce_sum(float* data, int64_t count) override { all_reduce(data, count, MPI_FLOAT, MPI_SUM); }
   void all_reduce_sum(double* data, int64_t count) override { all_reduce(data, count, MPI_DOUBLE, MPI_SUM); }
@@ -170,6 +171,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm local;
     MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &local_size_);
+    MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
   }
   void all_reduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op) {
@@ -189,7 +191,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool world_;
   int64_t limit_;  // elements (bytes for broadcasts) per MPI call
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@ class SingleProcessCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   int local_size() const override { return 1; }
+  int local_rank() const override { return 0; }
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum(double*, int64_t) override {}
   void all_reduce_sum(int64_t*, int64_t) override {}

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "core/vec_math.h"
+#include "backend/ops.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_governor.h"
+#include "core/vec_math.h"
 #include "dist/communicator.h"
 #include "infer/token_logprobs.h"
 #include "model/zaya_model.h"
@@ -160,11 +161,14 @@ std::vector<int32_t> generate_in_expert_group(ZayaModel& model, const std::vecto
   const int64_t vocab = model.params().dims().vocab;
   const RandomStream rng(options.seed, RngPurpose::Sampling, 0);
   std::vector<int32_t> text = prompt, out;
+  std::vector<float> last(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const ForwardResult result =
         model.forward({text.data(), nullptr, nullptr, 1, int64_t(text.size())}, true);
-    const float* last = result.logits + (int64_t(text.size()) - 1) * vocab;
-    int32_t next = sample_token(last, vocab, options, rng.uniform_double(uint64_t(i)));
+    // The last position's logits, read from the backend's memory.
+    model.ops().read_to_host(last.data(), result.logits + (int64_t(text.size()) - 1) * vocab,
+                             last.size() * sizeof(float));
+    int32_t next = sample_token(last.data(), vocab, options, rng.uniform_double(uint64_t(i)));
     group.broadcast(&next, sizeof next, 0);
     out.push_back(next);
     text.push_back(next);

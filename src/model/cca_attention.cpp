@@ -29,7 +29,7 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   // q0 | k0 side by side: the convolution mixes them as one [T, C] signal. xn1 feeds four products here and
   // four in backward.
-  a.xn1_in = product_input(a.xn1, T * H, arena_);
+  a.xn1_in = product_input(a.xn1, T * H, *attention_arena_);
   ops_.gemm(precision_, Trans::No, Trans::Yes, T, QD, H, 1.0f, a.xn1_in, H, m.q_proj, H, 0.0f, a.qk0, C);
   ops_.gemm(precision_, Trans::No, Trans::Yes, T, KD, H, 1.0f, a.xn1_in, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
   if (w.q_bias) ops_.add_bias(a.qk0, T, QD, C, w.q_bias);
@@ -71,7 +71,7 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   ops_.attention_forward(precision_, a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)),
                          a.o, a.lse);
-  a.o_in = product_input(a.o, T * QD, arena_);
+  a.o_in = product_input(a.o, T * QD, *attention_arena_);
   ops_.gemm(precision_, Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o_in, QD, m.o_proj, QD, 0.0f, a.attn, H);
   if (w.o_bias) ops_.add_bias(a.attn, T, H, H, w.o_bias);
   scratch_.rewind(mark);

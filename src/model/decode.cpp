@@ -112,6 +112,7 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   const int64_t QD = dims_.q_dim(), KD = dims_.kv_dim(), D = dims_.head_dim;
   arena_.reset();
   scratch_.reset();
+  attention_arena_ = moe_arena_ = &arena_;  // a training pass may have left them at recomputed_
   reset_step_sums();
   // One token of each sequence: the matrix products and the MoE run over the B rows at once; the attention
   // half reads each sequence's own history.
@@ -131,7 +132,8 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
   std::vector<const float*> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
-    allocate_layer(a, rows, choices + l * B, f(B * dims_.router));
+    allocate_attention(a, rows, arena_);
+    allocate_rest(a, rows, choices + l * B, f(B * dims_.router), arena_);
     const LayerWeights& w = w_.layers[size_t(l)];
     const LayerMatrices& m = m_.layers[size_t(l)];
     const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};

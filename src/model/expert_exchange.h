@@ -11,9 +11,11 @@ namespace zaya {
 struct ExpertExchange {
   std::vector<int64_t> table;       // [P, E] rows each group rank routed to each expert
   std::vector<int64_t> send, recv;  // [P] floats (rows x H) sent to and received from each rank
-  std::vector<float> x;             // [M, H] received rows
-  std::vector<float> gate_up;       // [M, 2I]
-  std::vector<float> act;           // [M, I]
+  int64_t received = 0;             // M
+  // In the activation arena (the backend's memory), until the next forward pass.
+  float* x = nullptr;        // [M, H] received rows
+  float* gate_up = nullptr;  // [M, 2I]
+  float* act = nullptr;      // [M, I]
 };
 
 }  // namespace zaya

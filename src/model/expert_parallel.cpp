@@ -7,6 +7,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/expert_exchange.h"
 #include "model/layer_activations.h"
 #include "model/zaya_model.h"
@@ -30,7 +31,7 @@ void for_each_block(const ExpertExchange& ex, int ranks, int rank, int64_t exper
 
 }  // namespace
 
-void ZayaModel::set_expert_group(Communicator* group) {
+void ZayaModel::set_expert_group(DeviceCommunicator* group) {
   if (group && dims_.experts % group->size() != 0) {
     throw Error(cat("expert parallelism over ", group->size(), " ranks needs a multiple of ", group->size(),
                     " experts; the model has ", dims_.experts))
@@ -49,7 +50,7 @@ void ZayaModel::set_expert_group(Communicator* group) {
 }
 
 void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const float* x) {
-  Communicator& group = *expert_group_;
+  DeviceCommunicator& group = *expert_group_;
   const int P = group.size(), p = group.rank();
   const int64_t H = dims_.hidden, I = dims_.intermediate, E = dims_.experts, local = E / P;
   const LayerMatrices& m = m_.layers[size_t(layer)];
@@ -59,7 +60,7 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
   ex.table.assign(size_t(P * E), 0);
   for (int64_t e = 0; e < E; ++e)
     ex.table[size_t(p * E + e)] = a.host_offsets[size_t(e + 1)] - a.host_offsets[size_t(e)];
-  group.all_reduce_sum(ex.table.data(), P * E);
+  group.host().all_reduce_sum(ex.table.data(), P * E);
   ex.send.assign(size_t(P), 0);
   ex.recv.assign(size_t(P), 0);
   int64_t received = 0;
@@ -68,32 +69,33 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
     for (int64_t l = 0; l < local; ++l) ex.recv[size_t(q)] += ex.table[size_t(q * E + p * local + l)] * H;
     received += ex.recv[size_t(q)] / H;
   }
-  ex.x.resize(size_t(received * H));
-  ex.gate_up.resize(size_t(received * 2 * I));
-  ex.act.resize(size_t(received * I));
-  group.all_to_all(x, ex.send, ex.x.data(), ex.recv);
+  ex.received = received;
+  ex.x = moe_arena_->alloc<float>(size_t(received * H));
+  ex.gate_up = moe_arena_->alloc<float>(size_t(received * 2 * I));
+  ex.act = moe_arena_->alloc<float>(size_t(received * I));
+  group.all_to_all(x, ex.send, ex.x, ex.recv);
 
   float* y = scratch_.alloc<float>(size_t(received * H));
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, ex.x.data() + begin * H, H,
-              m.gate_up.offset(e * 2 * I * H), H, 0.0f, ex.gate_up.data() + begin * 2 * I, 2 * I);
+    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, ex.x + begin * H, H,
+              m.gate_up.offset(e * 2 * I * H), H, 0.0f, ex.gate_up + begin * 2 * I, 2 * I);
   });
-  ops_.swiglu_forward(ex.gate_up.data(), received, I, ex.act.data());
+  ops_.swiglu_forward(ex.gate_up, received, I, ex.act);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act.data() + begin * I, I,
+    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act + begin * I, I,
               m.down.offset(e * H * I), I, 0.0f, y + begin * H, H);
   });
   group.all_to_all(y, ex.recv, a.y, ex.send);
 }
 
 void ZayaModel::experts_backward_parallel(int layer, const float* d_y, float* d_x) {
-  Communicator& group = *expert_group_;
+  DeviceCommunicator& group = *expert_group_;
   const int P = group.size(), p = group.rank();
   const int64_t H = dims_.hidden, I = dims_.intermediate, E = dims_.experts;
   const LayerMatrices& m = m_.layers[size_t(layer)];
   LayerWeights& g = g_.layers[size_t(layer)];
   const ExpertExchange& ex = exchanges_[size_t(layer)];
-  const int64_t received = int64_t(ex.x.size()) / H;
+  const int64_t received = ex.received;
   auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
 
   float* d_y_here = f(received * H);
@@ -103,14 +105,14 @@ void ZayaModel::experts_backward_parallel(int layer, const float* d_y, float* d_
     ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y_here + begin * H, H,
               m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
     ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_here + begin * H, H,
-              ex.act.data() + begin * I, I, 1.0f, g.down + e * H * I, I);
+              ex.act + begin * I, I, 1.0f, g.down + e * H * I, I);
   });
   float* d_gate_up = f(received * 2 * I);
-  ops_.swiglu_backward(ex.gate_up.data(), d_act, received, I, d_gate_up);
+  ops_.swiglu_backward(ex.gate_up, d_act, received, I, d_gate_up);
   float* d_x_here = f(received * H);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
     ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-              ex.x.data() + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
+              ex.x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
     ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
               m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x_here + begin * H, H);
   });

@@ -55,7 +55,8 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
                 m.gate_up.offset(e * 2 * I * H), H, 0.0f, a.gate_up + begin * 2 * I, 2 * I);
     }
     ops_.swiglu_forward(a.gate_up, routed, I, a.act);
-    a.act_in = product_input(a.act, routed * I, arena_, T * I);  // read again by the down weights' gradient
+    a.act_in =
+        product_input(a.act, routed * I, *moe_arena_, T * I);  // read again by the down weights' gradient
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
       ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act_in.offset(begin * I), I,

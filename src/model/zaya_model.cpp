@@ -26,6 +26,7 @@ ZayaModel::ZayaModel(ParameterStore& params, Ops& ops, Precision precision)
       precision_(precision),
       w_(bind_weights(params.table(), dims_, params.values(), params.expert_values() == ExpertValues::F32)),
       arena_(0, ops.memory()),
+      recomputed_(0, ops.memory()),
       scratch_(0, ops.memory()),
       layers_(size_t(dims_.layers)),
       routing_(size_t(dims_.layers)),
@@ -110,9 +111,13 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   require_experts_reachable();
   const int64_t T = host_batch.tokens(), H = dims_.hidden, R = dims_.router;
   arena_.reset();
+  recomputed_.reset();
   scratch_.reset();
   loss_scale_ = loss_scale;
   training_ = train;
+  const Recompute recompute = train ? recompute_ : Recompute::None;
+  attention_arena_ = recompute == Recompute::None ? &arena_ : &recomputed_;
+  moe_arena_ = recompute == Recompute::Layer ? &recomputed_ : &arena_;
   // The gradients are bound at the first training pass, which makes the store allocate them: a model that
   // only runs forward never holds them.
   if (train && !g_.embed) g_ = bind_weights(params_.table(), dims_, params_.grads());
@@ -124,17 +129,21 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   batch.attention_mask = to_device(host_batch.attention_mask, T);
 
   // Activations, in the same order every step so that the arena reuses one block after warm-up. Training
-  // keeps every layer's for backward. A forward-only pass keeps one layer's at a time (rewound after it):
-  // only the residual stream and the router state go on to the next layer, in two buffers each that the
-  // layers take in turn.
+  // keeps every layer's for backward (but what recompute leaves to it, which one layer at a time holds in
+  // recomputed_). A forward-only pass keeps one layer's at a time (rewound after it): only the residual
+  // stream and the router state go on to the next layer, in two buffers each that the layers take in turn.
   x_embed_ = arena_.alloc<float>(size_t(T * H));
   expert_choice_ = arena_.alloc<int32_t>(size_t(dims_.layers * T));
   float* streams[2] = {x_embed_, nullptr};       // forward only: [T, H] each
   float* router_states[2] = {nullptr, nullptr};  // forward only: [T, R] each
   if (train) {
     for (int64_t l = 0; l < dims_.layers; ++l) {
-      allocate_layer(layers_[size_t(l)], batch, expert_choice_ + l * T, arena_.alloc<float>(size_t(T * R)));
-      layers_[size_t(l)].x_in = l == 0 ? x_embed_ : arena_.alloc<float>(size_t(T * H));
+      LayerActivations& a = layers_[size_t(l)];
+      a.x_in = l == 0 ? x_embed_ : arena_.alloc<float>(size_t(T * H));
+      a.rh = arena_.alloc<float>(size_t(T * R));
+      a.choice = expert_choice_ + l * T;
+      if (recompute == Recompute::None) allocate_attention(a, batch, arena_);
+      if (recompute != Recompute::Layer) allocate_rest(a, batch, a.choice, a.rh, arena_);
     }
   } else {
     streams[1] = arena_.alloc<float>(size_t(T * H));
@@ -148,25 +157,18 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   rope_tables(batch);
 
   embed(batch, x_embed_);
+  const Arena::Mark fresh = recomputed_.mark();
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
-    const LayerWeights& w = w_.layers[size_t(l)];
     const Arena::Mark layer_mark = arena_.mark();
     if (!train) {
-      allocate_layer(a, batch, expert_choice_ + l * T, router_states[l % 2]);
+      allocate_attention(a, batch, arena_);
+      allocate_rest(a, batch, expert_choice_ + l * T, router_states[l % 2], arena_);
       a.x_in = streams[l % 2];
     }
+    if (recompute != Recompute::None) allocate_recomputed(l, batch, fresh);
     const bool last = l + 1 == dims_.layers;
-    float* x_out = last ? x_final_ : train ? layers_[size_t(l + 1)].x_in : streams[(l + 1) % 2];
-    ops_.rmsnorm_forward(a.x_in, w.input_norm, T, H, dims_.rms_eps, a.xn1, a.rstd1);
-    if (batch.attention_mask) ops_.mask_rows(a.xn1, T, H, batch.attention_mask);
-    attention_forward(int(l), batch, a);
-    const ResidualScaleWeights& ra = w.attention_residual;
-    ops_.residual_scale_forward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, T, H, a.r1);
-    ops_.rmsnorm_forward(a.r1, w.post_attention_norm, T, H, dims_.rms_eps, a.xn2, a.rstd2);
-    moe_forward(int(l), batch, a, l > 0 ? layers_[size_t(l - 1)].rh : nullptr);
-    const ResidualScaleWeights& rm = w.mlp_residual;
-    ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, T, H, x_out);
+    layer_forward(l, batch, a, last ? x_final_ : train ? layers_[size_t(l + 1)].x_in : streams[(l + 1) % 2]);
     if (after_layer) after_layer(l, a);
     if (!train) arena_.rewind(layer_mark);
   }
@@ -190,6 +192,27 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   }
   if (train) backward(batch, d_final);
   return result;
+}
+
+void ZayaModel::layer_forward(int64_t layer, const Batch& batch, LayerActivations& a, float* x_out) {
+  const int64_t T = batch.tokens(), H = dims_.hidden;
+  const LayerWeights& w = w_.layers[size_t(layer)];
+  ops_.rmsnorm_forward(a.x_in, w.input_norm, T, H, dims_.rms_eps, a.xn1, a.rstd1);
+  if (batch.attention_mask) ops_.mask_rows(a.xn1, T, H, batch.attention_mask);
+  attention_forward(int(layer), batch, a);
+  const ResidualScaleWeights& ra = w.attention_residual;
+  ops_.residual_scale_forward(a.attn, a.x_in, ra.h_bias, ra.h_scale, ra.r_bias, ra.r_scale, T, H, a.r1);
+  ops_.rmsnorm_forward(a.r1, w.post_attention_norm, T, H, dims_.rms_eps, a.xn2, a.rstd2);
+  moe_forward(int(layer), batch, a, layer > 0 ? layers_[size_t(layer - 1)].rh : nullptr);
+  const ResidualScaleWeights& rm = w.mlp_residual;
+  ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, T, H, x_out);
+}
+
+void ZayaModel::allocate_recomputed(int64_t layer, const Batch& batch, const Arena::Mark& fresh) {
+  LayerActivations& a = layers_[size_t(layer)];
+  recomputed_.rewind(fresh);
+  allocate_attention(a, batch, recomputed_);
+  if (recompute_ == Recompute::Layer) allocate_rest(a, batch, a.choice, a.rh, recomputed_);
 }
 
 Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena, int64_t capacity) {
@@ -218,12 +241,9 @@ void ZayaModel::read_step_sums(ForwardResult& result) {
   }
 }
 
-void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice,
-                               float* router_state) {
-  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels(), R = dims_.router;
-  auto f = [&](int64_t count) { return arena_.alloc<float>(size_t(count)); };
-  a.rstd1 = f(T);
-  a.xn1 = f(T * H);
+void ZayaModel::allocate_attention(LayerActivations& a, const Batch& batch, Arena& arena) {
+  const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels();
+  auto f = [&](int64_t count) { return arena.alloc<float>(size_t(count)); };
   a.qk0 = f(T * C);
   a.q_res = f(T * dims_.q_dim());
   a.k_res = f(T * dims_.kv_dim());
@@ -238,6 +258,14 @@ void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t*
   a.o = f(T * dims_.q_dim());
   a.lse = f(batch.batch * dims_.heads * batch.seq);
   a.attn = f(T * H);
+}
+
+void ZayaModel::allocate_rest(LayerActivations& a, const Batch& batch, int32_t* choice, float* router_state,
+                              Arena& arena) {
+  const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router;
+  auto f = [&](int64_t count) { return arena.alloc<float>(size_t(count)); };
+  a.rstd1 = f(T);
+  a.xn1 = f(T * H);
   a.r1 = f(T * H);
   a.rstd2 = f(T);
   a.xn2 = f(T * H);
@@ -252,8 +280,8 @@ void ZayaModel::allocate_layer(LayerActivations& a, const Batch& batch, int32_t*
   a.choice = choice;
   a.gate = f(T);
   a.router_lse = f(T);
-  a.order = arena_.alloc<int32_t>(size_t(T));
-  a.offsets = arena_.alloc<int64_t>(size_t(dims_.experts + 1));
+  a.order = arena.alloc<int32_t>(size_t(T));
+  a.offsets = arena.alloc<int64_t>(size_t(dims_.experts + 1));
   a.gate_up = f(T * 2 * dims_.intermediate);
   a.act = f(T * dims_.intermediate);
   a.y = f(T * H);
@@ -388,11 +416,22 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
   float* d_state_out = arena_.alloc<float>(size_t(T * R));
 
   ops_.rmsnorm_backward(x_final_, w_.final_norm, rstd_final_, d_final, T, H, d_x, false, g_.final_norm);
-  bool state_grad = false;  // the last layer's router state feeds no later layer
+  bool state_grad = false;    // the last layer's router state feeds no later layer
+  const Arena::Mark fresh{};  // recomputed_ holds nothing else
   for (int64_t l = dims_.layers - 1; l >= 0; --l) {
     LayerActivations& a = layers_[size_t(l)];
     const LayerWeights& w = w_.layers[size_t(l)];
     LayerWeights& g = g_.layers[size_t(l)];
+    // What recompute left out, computed again from the same inputs: the same bits as the forward pass's.
+    // The layer's router statistics are added to the step's sums once more, after they were read.
+    if (recompute_ != Recompute::None) {
+      allocate_recomputed(l, batch, fresh);
+      if (recompute_ == Recompute::Attention) {
+        attention_forward(int(l), batch, a);
+      } else {
+        layer_forward(l, batch, a, recomputed_.alloc<float>(size_t(T * H)));
+      }
+    }
     const ResidualScaleWeights& rm = w.mlp_residual;
     ops_.residual_scale_backward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, d_x, T, H, d_moe,
                                  d_r1, g.mlp_residual.h_bias, g.mlp_residual.h_scale, g.mlp_residual.r_bias,

@@ -13,11 +13,12 @@
 #include "core/precision.h"
 #include "model/decode_cache.h"
 #include "model/parameters.h"
+#include "model/recompute.h"
 #include "model/weights.h"
 
 namespace zaya {
 
-class Communicator;
+class DeviceCommunicator;
 class Ops;
 struct ExpertExchange;
 struct LayerActivations;
@@ -85,13 +86,14 @@ class ZayaModel {
   ForwardResult forward_backward(const Batch& batch, float loss_scale, bool keep_logits = false);
 
   void set_router_aux_loss(const RouterAuxLoss& aux) { aux_ = aux; }
+  void set_recompute(Recompute recompute) { recompute_ = recompute; }
   // Expert parallelism: the group's ranks share each layer's experts (rank p of P holds, in a store built
   // for that ExpertSlice, and runs experts [p E / P, (p + 1) E / P)), and forward and forward_backward send
   // every routed token to the rank of its expert and its result back (all-to-all). Every rank of the group
   // must make the same sequence of calls (batches may differ). decode_step needs every expert on one rank.
   // Null: all local. Throws Error when the group's size does not divide the experts or the store does not
   // hold this rank's experts.
-  void set_expert_group(Communicator* group);
+  void set_expert_group(DeviceCommunicator* group);
   // Called in forward_backward once each decoder layer's backward has added all of that layer's gradients
   // (layers last to first), so that their data-parallel reduction can start there. Empty: none.
   void set_layer_backward_hook(std::function<void(int64_t layer)> hook) {
@@ -125,16 +127,22 @@ class ZayaModel {
                        int64_t count, PrefillLogits which = PrefillLogits::Every);
 
   ParameterStore& params() { return params_; }
+  Ops& ops() { return ops_; }  // the backend it runs on
   // System allocations made by the model's arenas so far: constant once the step shape has been seen.
-  size_t arena_allocations() const { return arena_.system_allocations() + scratch_.system_allocations(); }
-  // The most bytes of activations one pass has held so far (the activation arena's high-water mark).
+  size_t arena_allocations() const {
+    return arena_.system_allocations() + recomputed_.system_allocations() + scratch_.system_allocations();
+  }
+  // The most bytes of activations one pass has kept so far (the activation arena's high-water mark), and of
+  // one layer's recomputed ones (with recompute).
   size_t activation_bytes() const { return arena_.high_water(); }
+  size_t recomputed_bytes() const { return recomputed_.high_water(); }
   // The most bytes of scratch (values an op or a layer needs only while it runs) one pass has held so far.
   size_t scratch_bytes() const { return scratch_.high_water(); }
-  // Sizes the activation and scratch arenas before the first pass (from a plan: train/memory_plan.h), so
-  // that no pass grows them: the first step then holds no more than every later one.
-  void reserve_arenas(size_t activations, size_t scratch) {
+  // Sizes the arenas before the first pass (from a plan: train/memory_plan.h), so that no pass grows them:
+  // the first step then holds no more than every later one.
+  void reserve_arenas(size_t activations, size_t recomputed, size_t scratch) {
     arena_.reserve(activations);
+    recomputed_.reserve(recomputed);
     scratch_.reserve(scratch);
   }
 
@@ -148,7 +156,15 @@ class ZayaModel {
   template <class T>
   T* to_device(const T* host, int64_t count);
   // choice: [T] of expert_choice_; router_state: [T, R] (a.rh), which the next layer reads.
-  void allocate_layer(LayerActivations& a, const Batch& batch, int32_t* choice, float* router_state);
+  // A layer's activations: those of its attention block, and the rest (its router state and expert choices
+  // given, as they outlive the layer's recomputation), in `arena`.
+  void allocate_attention(LayerActivations& a, const Batch& batch, Arena& arena);
+  void allocate_rest(LayerActivations& a, const Batch& batch, int32_t* choice, float* router_state,
+                     Arena& arena);
+  // The activations recompute_ leaves to the backward pass, in recomputed_ from `fresh` on.
+  void allocate_recomputed(int64_t layer, const Batch& batch, const Arena::Mark& fresh);
+  // One decoder layer forward, from a.x_in (and the previous layer's router state) to x_out.
+  void layer_forward(int64_t layer, const Batch& batch, LayerActivations& a, float* x_out);
   // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
   // every expert.
   void require_decodable(const int32_t* tokens, int64_t count, const DecodeCache& cache) const;
@@ -206,9 +222,15 @@ class ZayaModel {
   // bf16 runs: [total_floats] bf16 (or [dense_floats] over a store of bf16 experts), the product matrices'
   // copies at the store's offsets (the rest unused).
   AlignedBuffer copies_;
-  ModelMatrices m_;  // the product matrices as the products read them
-  Arena arena_;      // activations: reset at the start of each forward
-  Arena scratch_;    // temporaries of one layer's forward or backward: rewound after each
+  ModelMatrices m_;   // the product matrices as the products read them
+  Arena arena_;       // activations: reset at the start of each forward
+  Arena recomputed_;  // with recompute, the activations of the one layer computed (again) now
+  Recompute recompute_ = Recompute::None;
+  // Where the attention block's and the rest of a layer's own activations go in this pass (the product
+  // inputs and the expert exchange included): arena_, or recomputed_ for what recompute_ names.
+  Arena* attention_arena_ = &arena_;
+  Arena* moe_arena_ = &arena_;
+  Arena scratch_;  // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
   std::vector<RouterLayerStats> routing_;  // the host's copy of the router statistics, per layer
   AlignedBuffer step_sums_;                // [1 + layers * layer_sums()] doubles: the loss, then per layer
@@ -216,7 +238,7 @@ class ZayaModel {
   // Host values on their way to the backend's memory (RoPE tables, aux coefficients); capacity kept.
   std::vector<float> staging_;
   RouterAuxLoss aux_;
-  Communicator* expert_group_ = nullptr;
+  DeviceCommunicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
   std::function<void(int64_t)> layer_backward_hook_;
   bool training_ = false;  // the current pass is forward_backward's

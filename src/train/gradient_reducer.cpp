@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
+#include "backend/ops.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/parameters.h"
 
 namespace zaya {
@@ -44,12 +45,13 @@ std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, i
   return buckets;
 }
 
-GradientReducer::GradientReducer(const ParameterTable& table, OptimizerShards shards, Communicator& comm,
-                                 int64_t bucket_floats)
+GradientReducer::GradientReducer(const ParameterTable& table, OptimizerShards shards,
+                                 DeviceCommunicator& comm, Ops& ops, int64_t bucket_floats)
     : buckets_(plan_gradient_buckets(table, shards.bounds.front(), shards.bounds.back(), bucket_floats)),
       shards_(std::move(shards)),
       comm_(comm),
-      owned_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float)) {}
+      ops_(ops),
+      owned_(size_t(shards_.end(comm.rank()) - shards_.begin(comm.rank())) * sizeof(float), ops.memory()) {}
 
 GradientReducer::~GradientReducer() = default;
 
@@ -72,7 +74,9 @@ void GradientReducer::finish() {
   start_ready(-1);
   for (auto& pending : pending_) pending->wait();
   pending_.clear();
-  if (owned_.size()) std::memcpy(grads_ + shards_.begin(comm_.rank()), owned_.as<float>(), owned_.size());
+  const int64_t owned = int64_t(owned_.size() / sizeof(float));
+  if (owned > 0)
+    ops_.copy_rows(owned_.as<float>(), owned, 1, owned, grads_ + shards_.begin(comm_.rank()), owned, false);
   seconds_ += since(start);
 }
 

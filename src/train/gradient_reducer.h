@@ -16,7 +16,8 @@
 
 namespace zaya {
 
-class Communicator;
+class DeviceCommunicator;
+class Ops;
 class ParameterTable;
 class PendingCollective;
 
@@ -32,8 +33,9 @@ std::vector<GradientBucket> plan_gradient_buckets(const ParameterTable& table, i
 
 class GradientReducer {
  public:
-  // shards: the ranges of comm's ranks, which cover the region they were planned for.
-  GradientReducer(const ParameterTable& table, OptimizerShards shards, Communicator& comm,
+  // shards: the ranges of comm's ranks, which cover the region they were planned for. The gradients live
+  // in ops' memory.
+  GradientReducer(const ParameterTable& table, OptimizerShards shards, DeviceCommunicator& comm, Ops& ops,
                   int64_t bucket_floats);
   ~GradientReducer();
 
@@ -53,8 +55,10 @@ class GradientReducer {
 
   std::vector<GradientBucket> buckets_;
   OptimizerShards shards_;
-  Communicator& comm_;
-  AlignedBuffer owned_;  // [this rank's range] where the sums land, copied into grads at the end
+  DeviceCommunicator& comm_;
+  Ops& ops_;
+  AlignedBuffer
+      owned_;  // [this rank's range] where the sums land (in ops' memory), copied into grads at the end
   float* grads_ = nullptr;
   size_t started_ = 0;  // buckets_[0, started_) are in flight or done
   std::vector<std::unique_ptr<PendingCollective>> pending_;

@@ -69,15 +69,18 @@ void plan_step(const ModelDims& dims, const MemoryLayout& layout, Ops& device, M
     PlanningOps planning(device);
     ParameterStore params(dims, ExpertSlice{}, planning.memory());
     ZayaModel model(params, planning, layout.precision);
+    model.set_recompute(layout.recompute);
     model.forward_backward(batch, loss_scale);
     plan.activations = int64_t(model.activation_bytes());
+    plan.recomputed = int64_t(model.recomputed_bytes());
     plan.scratch = int64_t(model.scratch_bytes());
   }
   PlanningOps planning(device);
   ParameterStore params(dims, ExpertSlice{}, planning.memory());
   ZayaModel model(params, planning, layout.precision);
+  model.set_recompute(layout.recompute);
   params.zero_grads();  // allocates the gradients, counted apart
-  model.reserve_arenas(size_t(plan.activations), size_t(plan.scratch));
+  model.reserve_arenas(size_t(plan.activations), size_t(plan.recomputed), size_t(plan.scratch));
   const size_t before = planning.live_bytes();
   model.forward_backward(batch, loss_scale);
   plan.transient = int64_t(planning.peak_bytes() - before);
@@ -168,6 +171,7 @@ std::string describe_memory_plan(const MemoryPlan& plan, int64_t capacity) {
   line("AdamW second moment", plan.second_moment);
   line("optimizer working buffers", plan.optimizer_work);
   line("activations (one micro-batch)", plan.activations);
+  if (plan.recomputed > 0) line("recomputed layer's activations", plan.recomputed);
   line("scratch (loss chunk, expert rows)", plan.scratch);
   line("other buffers of a step", plan.transient);
   line("total", plan.total());

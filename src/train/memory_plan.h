@@ -10,6 +10,7 @@
 
 #include "core/precision.h"
 #include "model/model_dims.h"
+#include "model/recompute.h"
 #include "optim/param_groups.h"
 
 namespace zaya {
@@ -21,6 +22,7 @@ struct MemoryLayout {
   int expert_parallel = 1;  // ranks sharing one copy of the experts (run.expert_parallel)
   int64_t micro_batch = 1, seq = 1;
   Precision precision = Precision::F32;
+  Recompute recompute = Recompute::None;
 };
 
 // Bytes on the rank that holds the most (ZeRO-1 shards are balanced by arithmetic, not bytes).
@@ -32,12 +34,13 @@ struct MemoryPlan {
   int64_t second_moment = 0;   // AdamW's, its parameters alone
   int64_t optimizer_work = 0;  // Newton-Schulz's working matrix (the largest Muon batch), the gradient sums
   int64_t activations = 0;     // what the forward keeps for the backward, and the backward's own
+  int64_t recomputed = 0;      // with recompute: one layer's activations, computed again in the backward
   int64_t scratch = 0;         // what an op or a layer needs only while it runs: the loss's chunk of logits,
                                // the experts' rows, the convolution's buffers
   int64_t transient = 0;       // what a step allocates besides (freed by its end)
   int64_t total() const {
     return weights + model_buffers + gradients + momentum + second_moment + optimizer_work + activations +
-           scratch + transient;
+           recomputed + scratch + transient;
   }
 };
 

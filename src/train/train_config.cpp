@@ -157,6 +157,14 @@ void read_run(TomlReader section, RunSection& out) {
     section.fail("precision", "expected \"auto\", \"fp32\" or \"bf16\"");
   out.device = section.string("device", out.device);
   if (!is_device_name(out.device)) section.fail("device", "expected \"auto\", \"cpu\", \"cuda\" or \"hip\"");
+  const std::string recompute = section.string("recompute", recompute_name(out.recompute));
+  if (const std::optional<Recompute> parsed = recompute_from_name(recompute))
+    out.recompute = *parsed;
+  else
+    section.fail("recompute", "expected \"none\", \"attention\" or \"layer\"");
+  out.communicator = section.string("communicator", out.communicator);
+  if (!is_communicator_name(out.communicator))
+    section.fail("communicator", "expected \"auto\", \"mpi\" or \"nccl\"");
   section.finish();
 }
 

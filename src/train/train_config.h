@@ -34,6 +34,14 @@ struct RunSection {
   // Where the run computes: "auto" (the GPU where zaya was built with a GPU backend and the machine has one,
   // else the CPU), "cpu", "cuda" or "hip". Checkpoints are the same files whatever the device.
   std::string device = "auto";
+  // What moves a step's data between ranks on a GPU: "nccl" (NCCL on CUDA, RCCL on HIP, GPU to GPU), "mpi"
+  // (staged through host memory: any device, the emulator included), or "auto" (nccl where every rank can
+  // use it, else mpi, saying why). On the CPU, MPI's own collectives ("nccl" is refused there).
+  std::string communicator = "auto";
+  // What the backward pass computes again rather than keep from the forward pass: "none", "attention" (each
+  // layer's attention block) or "layer" (each whole layer from its input). Gradients are byte-identical;
+  // the memory a micro-batch keeps falls (zaya info --memory shows each), its step takes longer.
+  Recompute recompute = Recompute::None;
   // A rank that makes no progress this long (a collective that does not complete: a peer's host frozen, a
   // link down; a step that does not end) says what it waited for and ends the job with exit code 4, so that
   // a scheduler restarts it from the last checkpoint (dist/hang_watchdog.h). More than the longest step or

@@ -5,19 +5,20 @@
 #include <cmath>
 
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "train/gradient_reducer.h"
 
 namespace zaya {
 
 TrainStep::TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing,
                      ShardedRegion dense, ShardedRegion experts, int64_t bucket_floats)
-    : model_(model), optimizer_(optimizer), balancing_(balancing), comm_(*dense.comm) {
+    : model_(model), optimizer_(optimizer), balancing_(balancing), comm_(dense.comm->host()) {
   ShardedRegion regions[] = {std::move(dense), std::move(experts)};
   for (ShardedRegion& region : regions) {
     if (region.comm->size() == 1) continue;
     shared_bytes_ += (region.shards.bounds.back() - region.shards.bounds.front()) * int64_t(sizeof(float));
     reducers_.push_back(std::make_unique<GradientReducer>(model.params().table(), region.shards, *region.comm,
-                                                          bucket_floats));
+                                                          model.ops(), bucket_floats));
     shared_.push_back(std::move(region));
   }
   for (const ParamInfo& param : model.params().table().params()) {

@@ -21,6 +21,7 @@
 namespace zaya {
 
 class Communicator;
+class DeviceCommunicator;
 class GradientReducer;
 
 struct RoutingMetrics {
@@ -30,9 +31,10 @@ struct RoutingMetrics {
   double entropy = 0;  // mean router entropy per token, in nats
 };
 
-// A region of the parameter layout, the ranks that hold it alike, and their optimizer ranges in it.
+// A region of the parameter layout, the ranks that hold it alike (their collectives on the model's device),
+// and their optimizer ranges in it.
 struct ShardedRegion {
-  Communicator* comm = nullptr;
+  DeviceCommunicator* comm = nullptr;
   OptimizerShards shards;
 };
 
@@ -52,9 +54,9 @@ struct StepReport {
 
 class TrainStep {
  public:
-  // dense: the dense parameters over all ranks (its communicator sums the step's metrics too); experts: the
-  // expert weights over the ranks holding this rank's experts. `optimizer` owns this rank's range of each.
-  // bucket_floats: the size of a gradient bucket (0: one reduction after the backward pass).
+  // dense: the dense parameters over all ranks (its host communicator sums the step's metrics too); experts:
+  // the expert weights over the ranks holding this rank's experts. `optimizer` owns this rank's range of
+  // each. bucket_floats: the size of a gradient bucket (0: one reduction after the backward pass).
   TrainStep(ZayaModel& model, Optimizer& optimizer, BalancingController& balancing, ShardedRegion dense,
             ShardedRegion experts, int64_t bucket_floats);
   ~TrainStep();

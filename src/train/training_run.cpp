@@ -5,12 +5,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/devices.h"
 #include "backend/ops.h"
 #include "backend/throughput.h"
 #include "core/error.h"
 #include "core/thread_governor.h"
 #include "core/threads.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "dist/hang_watchdog.h"
 #include "dist/watched_communicator.h"
 #include "infer/generator.h"
@@ -127,13 +129,11 @@ void TrainingRun::take_run_directory(bool force) {
 // Before anything is built: the device is here, the datasets belong to the tokenizer, and a resume to its
 // checkpoint's run.
 void TrainingRun::check_inputs() {
-  device_ = select_device(config_.run.device, "run.device");
-  if (!device_.on_host() && ranks_ > 1) {
-    throw Error(cat("training on ", device_.name, " runs one process for now: more ranks need the NCCL/RCCL ",
-                    "communicator, which zaya does not have yet"))
-        .file(config_.source)
-        .field("run.device");
-  }
+  device_ = select_device(config_.run.device, "run.device", nullptr, comm_->local_rank());
+  // Rank 0 says where each rank runs: its host, its GPU's index and name.
+  if (!device_.on_host() && ranks_ > 1)
+    rank_devices_ =
+        comm_->all_gather_strings(cat("rank ", rank_, " on ", host_name(), ": ", device_.description));
   tokenizer_.emplace(Tokenizer::load(config_.data.tokenizer));
   // Rank 0 chooses the checkpoint (and alone reports damaged ones); every rank reads it.
   const CheckpointChoice choice = leader_ ? choose_checkpoint(run_dir_) : CheckpointChoice{};
@@ -169,6 +169,7 @@ void TrainingRun::build_model() {
     expert_holders_group_ = comm_->split(rank_ % P, rank_);
   }
   Communicator& expert_holders = P > 1 ? *expert_holders_group_ : *comm_;
+  build_collectives();
   const int64_t local_experts = dims_.experts / P;
   precision_ = run_precision(config_, resume_, resumed_state_.precision, device_, dims_, *comm_);
   check_memory();
@@ -189,6 +190,27 @@ void TrainingRun::build_model() {
   expert_shards_ = std::make_unique<OptimizerShards>(experts);
 }
 
+// The collectives on the device's memory of the world and of the expert groups (collective: every rank
+// makes them in the same order). NCCL's do not pass through the watched host communicators, so they are
+// watched themselves.
+void TrainingRun::build_collectives() {
+  auto make = [&](Communicator& host, const std::string& peers) {
+    std::unique_ptr<DeviceCommunicator> made = make_device_communicator(
+        config_.run.communicator, device_, host, "run.communicator", &collectives_note_);
+    if (!watchdog_) return made;
+    return watch_device_communicator(std::move(made), *watchdog_, peers);
+  };
+  try {
+    dense_collectives_ = make(*comm_, cat("ranks 0-", ranks_ - 1));
+    if (expert_group_) {
+      expert_collectives_ = make(*expert_group_, "its expert group");
+      expert_holders_collectives_ = make(*expert_holders_group_, "the ranks holding its experts");
+    }
+  } catch (Error& e) {
+    throw e.file(config_.source);
+  }
+}
+
 // The run's memory per rank, planned before anything large is allocated (train/memory_plan.h), at the
 // longest sequence of its stages: a run that cannot fit is refused with the plan and the setting to change,
 // never an out-of-memory error at step 1 or when a longer stage begins.
@@ -199,6 +221,7 @@ void TrainingRun::check_memory() {
   layout.micro_batch = config_.batch.micro_batch;
   for (const StageConfig& stage : config_.stages) layout.seq = std::max(layout.seq, stage.seq_len);
   layout.precision = precision_.precision;
+  layout.recompute = config_.run.recompute;
   memory_plan_ = plan_memory(dims_, config_.optimizer.groups, layout, *device_.ops);
   // The ranks on one machine share its memory; each GPU is its own.
   const int64_t capacity =
@@ -213,10 +236,19 @@ void TrainingRun::check_memory() {
   const auto gib = [](int64_t bytes) {
     return std::round(double(bytes) / double(int64_t(1) << 30) * 10) / 10;
   };
+  // Recomputing each layer keeps the least: where that fits, it is the other way out.
+  MemoryLayout lightest = layout;
+  lightest.recompute = Recompute::Layer;
+  const bool recompute_fits =
+      layout.recompute != Recompute::Layer &&
+      plan_memory(dims_, config_.optimizer.groups, lightest, *device_.ops).total() <= capacity;
+  const std::string recompute = recompute_fits ? " (or set run.recompute = \"layer\")" : "";
   throw Error(cat("a rank needs ", gib(memory_plan_.total()), " GiB, more than its ", gib(capacity),
                   " GiB (the plan above): ",
-                  fits > 0 ? cat("lower batch.micro_batch to at most ", fits)
-                           : std::string("no micro-batch fits; raise run.expert_parallel or use more ranks")))
+                  fits > 0 ? cat("lower batch.micro_batch to at most ", fits, recompute)
+                  : recompute_fits
+                      ? cat("no micro-batch fits", recompute)
+                      : std::string("no micro-batch fits; raise run.expert_parallel or use more ranks")))
       .file(config_.source)
       .field("batch.micro_batch");
 }
@@ -224,14 +256,17 @@ void TrainingRun::check_memory() {
 // The model over the restored weights, and the step that trains it.
 void TrainingRun::build_step() {
   model_ = std::make_unique<ZayaModel>(*params_, *device_.ops, precision_.precision);
-  model_->reserve_arenas(size_t(memory_plan_.activations), size_t(memory_plan_.scratch));
+  model_->set_recompute(config_.run.recompute);
+  model_->reserve_arenas(size_t(memory_plan_.activations), size_t(memory_plan_.recomputed),
+                         size_t(memory_plan_.scratch));
   model_->set_router_aux_loss(config_.aux_loss);
-  model_->set_expert_group(expert_group_.get());
-  Communicator& expert_holders = expert_holders_group_ ? *expert_holders_group_ : *comm_;
-  train_step_ =
-      std::make_unique<TrainStep>(*model_, *optimizer_, *balancing_, ShardedRegion{comm_, *dense_shards_},
-                                  ShardedRegion{&expert_holders, *expert_shards_},
-                                  int64_t(config_.run.gradient_bucket_mb * 1e6 / sizeof(float)));
+  model_->set_expert_group(expert_collectives_.get());
+  DeviceCommunicator& expert_holders =
+      expert_holders_collectives_ ? *expert_holders_collectives_ : *dense_collectives_;
+  train_step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *balancing_,
+                                            ShardedRegion{dense_collectives_.get(), *dense_shards_},
+                                            ShardedRegion{&expert_holders, *expert_shards_},
+                                            int64_t(config_.run.gradient_bucket_mb * 1e6 / sizeof(float)));
 }
 
 // The checkpoint's state, or the initial weights (from model.init, or drawn from the seed).
@@ -327,6 +362,11 @@ void TrainingRun::announce() {
       log_->event("settings_changed", state_.step, nlohmann::json({{"changes", changed_settings_}}).dump());
   }
   say(cat("device ", device_.description, "; ", precision_.description));
+  for (const std::string& line : rank_devices_) say(line);
+  if (ranks_ > 1) {
+    say(cat("collectives: ", dense_collectives_->engine(),
+            collectives_note_.empty() ? "" : cat(" (nccl: ", collectives_note_, ")")));
+  }
   gemm_ = std::make_unique<GemmRate>(gemm_rate(*device_.ops, precision_.precision, num_threads()));
   say(cat("MFU is against this rank's ", gemm_->describe()));
   checkpoints_ = std::make_unique<CheckpointWriter>(run_dir_, config_.checkpoint.keep, *comm_);

@@ -32,6 +32,7 @@ class CheckpointWriter;
 class Communicator;
 class ConsoleProgress;
 class DataLoader;
+class DeviceCommunicator;
 class Error;
 class Evaluator;
 class GemmRate;
@@ -74,6 +75,7 @@ class TrainingRun {
   void take_run_directory(bool force);
   void check_inputs();
   void build_model();
+  void build_collectives();
   void check_memory();
   void restore_state();
   void build_step();
@@ -118,6 +120,10 @@ class TrainingRun {
   ModelDims dims_;
   int expert_parallel_ = 1;  // P: consecutive groups of P ranks share each layer's experts
   std::unique_ptr<Communicator> expert_group_, expert_holders_group_;
+  // Their collectives on the device's memory (the world's, the expert group's, its experts' holders').
+  std::unique_ptr<DeviceCommunicator> dense_collectives_, expert_collectives_, expert_holders_collectives_;
+  std::string collectives_note_;  // why run.communicator "auto" did not take NCCL/RCCL ("" if it did)
+  std::vector<std::string> rank_devices_;  // on a GPU with several ranks: each rank's host and GPU
   std::unique_ptr<ParameterStore> params_;
   std::unique_ptr<ParameterTable> whole_model_;  // what the parameter and FLOP counts are of
   PrecisionChoice precision_;

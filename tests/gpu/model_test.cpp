@@ -9,7 +9,9 @@
 #include <string>
 
 #include "backend/devices.h"
+#include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_io.h"
 #include "optim/balancing.h"
@@ -42,7 +44,8 @@ struct Pass {
 
 // `batch` sequences of `seq` tokens; the defaults are longer than the sliding window of 64, with the
 // second sequence left-padded.
-Pass forward_and_backward(Ops& ops, Precision precision, int64_t batch = 2, int64_t seq = 70) {
+Pass forward_and_backward(Ops& ops, Precision precision, int64_t batch = 2, int64_t seq = 70,
+                          Recompute recompute = Recompute::None) {
   const ZayaConfig config = preset_config("tiny");
   ParameterStore initial(model_dims(config));
   init_parameters(initial, 0.3, 7);  // large weights: the routing and attention are far from uniform
@@ -53,6 +56,7 @@ Pass forward_and_backward(Ops& ops, Precision precision, int64_t batch = 2, int6
   std::vector<float> mask(size_t(batch * seq), 1.0f);
   for (int64_t s = 0; batch > 1 && s < std::min<int64_t>(9, seq - 1); ++s) mask[size_t(seq + s)] = 0.0f;
   ZayaModel model(*params, ops, precision);
+  model.set_recompute(recompute);
   const ForwardResult result = model.forward_backward({ids.data(), labels.data(), mask.data(), batch, seq},
                                                       1.0f / float(batch * seq), true);
 
@@ -96,6 +100,20 @@ TEST_F(GpuModel, ForwardAndBackwardMatchTheCpuInF32) {
   EXPECT_EQ(differing(got.choices, want.choices), 0);
   for (const auto& [name, grad] : want.grads) {
     EXPECT_TRUE(close(got.grads.at(name), grad, 1e-4 * largest_magnitude(grad) + 1e-12, 0)) << name;
+  }
+}
+
+// The GPU's kernels are deterministic too: recompute gives the pass's gradients byte for byte.
+TEST_F(GpuModel, RecomputeGivesByteIdenticalGradients) {
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    const Pass kept = forward_and_backward(gpu(), precision);
+    for (const Recompute recompute : {Recompute::Attention, Recompute::Layer}) {
+      const Pass again = forward_and_backward(gpu(), precision, 2, 70, recompute);
+      const std::string what = cat(recompute_name(recompute), " in ", precision_name(precision));
+      EXPECT_EQ(again.loss, kept.loss) << what;
+      EXPECT_EQ(again.choices, kept.choices) << what;
+      EXPECT_TRUE(again.grads == kept.grads) << what;
+    }
   }
 }
 
@@ -161,7 +179,8 @@ TEST_F(GpuTraining, TenStepsMatchTheTorchReference) {
   BalancingController balancing(TrainReference::balancing_config(), params->dims().layers,
                                 params->dims().experts);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
-  const std::unique_ptr<TrainStep> train = one_process_train_step(model, optimizer, balancing, *comm);
+  const std::unique_ptr<DeviceCommunicator> collectives = make_host_device_communicator(*comm);
+  const std::unique_ptr<TrainStep> train = one_process_train_step(model, optimizer, balancing, *collectives);
   for (int64_t step = 0; step < ref.steps(); ++step) {
     const StepReport report = train->run(ref.batches(step), ref.lr_factor(step));
     ASSERT_FALSE(report.skipped);
@@ -183,7 +202,8 @@ struct TinyRun {
         optimizer(*params, optimizer_config(), ops),
         balancing(BalancingConfig{}, params->dims().layers, params->dims().experts),
         comm(make_single_process_communicator()),
-        train(one_process_train_step(model, optimizer, balancing, *comm)) {}
+        collectives(make_host_device_communicator(*comm)),
+        train(one_process_train_step(model, optimizer, balancing, *collectives)) {}
 
   static OptimizerConfig optimizer_config() {
     OptimizerConfig config;
@@ -209,6 +229,7 @@ struct TinyRun {
   Optimizer optimizer;
   BalancingController balancing;
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<DeviceCommunicator> collectives;
   std::unique_ptr<TrainStep> train;
 };
 

@@ -100,6 +100,10 @@ check "info at a sequence length of 4e18 (closed form, no loop)" 0 "400000000000
 check "info --memory: the plan per rank and the largest micro-batch that fits" 0 \
   "largest micro-batch that fits: " -- "$zaya" info --preset tiny --memory --ranks 4 --expert-parallel 2 \
   --seq 128 --device-memory 100MB
+check "info --memory --recompute layer: the recomputed layer apart, and each setting's activations" 0 \
+  "activations with run.recompute: none " -- "$zaya" info --preset tiny --memory --recompute layer
+check "info --memory --recompute layer: the recomputed layer's line" 0 "recomputed layer's activations" -- \
+  "$zaya" info --preset tiny --memory --recompute layer
 check "info --memory with a size that is not one" 1 "field '--device-memory': expected a size such as 80GB" -- \
   "$zaya" info --preset tiny --memory --device-memory 80parsecs
 check "info --memory with experts that do not divide" 1 "field 'run.expert_parallel'" -- \

@@ -62,6 +62,18 @@ for layout in "2 2" "4 2"; do
     && ok "sample at $n ranks, expert groups of $ep" \
     || fail "sample at $n ranks, expert groups of $ep: $(sample "$tmp/ep$n") vs $(sample "$tmp/one")"
 done
+# Whether every .safetensors file of model directory $1 is byte for byte the one of $2.
+same_tensor_files() {
+  local tensors
+  for tensors in "$1"/*.safetensors; do cmp -s "$tensors" "$2/${tensors##*/}" || return 1; done
+}
+# Recompute (each whole layer again in the backward pass, its expert exchange included) changes no bit: the
+# 2-rank expert-parallel run again, its final weights and optimizer state byte for byte the same.
+"${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set run.expert_parallel=2 --set 'run.recompute="layer"' \
+  --run-dir "$tmp/ep2-recompute" > "$tmp/ep2-recompute.log" 2>&1 \
+  && same_tensor_files "$(final "$tmp/ep2")" "$(final "$tmp/ep2-recompute")" \
+  && ok "recompute at 2 ranks, expert groups of 2: byte-identical weights and optimizer state" \
+  || { fail "recompute at 2 ranks, expert groups of 2"; tail -3 "$tmp/ep2-recompute.log"; }
 out=$("${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set run.expert_parallel=3 --run-dir "$tmp/ep3" 2>&1)
 [ $? -ne 0 ] && grep -q "run.expert_parallel" <<<"$out" && ok "expert groups that do not divide the ranks" \
   || fail "expert groups that do not divide the ranks: $out"

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "dist/hang_watchdog.h"
 #include "dist/watched_communicator.h"
 
@@ -106,6 +107,7 @@ class StuckCommunicator final : public Communicator {
   int rank() const override { return 1; }
   int size() const override { return 2; }
   int local_size() const override { return 1; }
+  int local_rank() const override { return 0; }
   void all_reduce_sum(float*, int64_t) override { stuck(); }
   void all_reduce_sum(double*, int64_t) override { stuck(); }
   void all_reduce_sum(int64_t*, int64_t) override { stuck(); }
@@ -149,6 +151,40 @@ TEST(HangWatchdog, EndsAProcessStuckInACollectiveSayingWhere) {
       testing::AllOf(testing::HasSubstr("rank 1 of 2 on host b: no progress for "),
                      testing::HasSubstr("waiting in all-reduce (max) of 2 values with ranks 0-1; step 12 "
                                         "done; the last checkpoint is run/checkpoints/step_10")));
+}
+
+// Device collectives (NCCL's, RCCL's: not through a watched host communicator) whose all-to-all never ends.
+class StuckDeviceCommunicator final : public DeviceCommunicator {
+ public:
+  Communicator& host() override { return host_; }
+  std::string engine() const override { return "nccl 2.28.3"; }
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
+                                                              std::vector<int64_t>) override {
+    stuck();
+  }
+  void all_gather(float*, const std::vector<int64_t>&) override { stuck(); }
+  void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {
+    stuck();
+  }
+
+ private:
+  [[noreturn]] static void stuck() {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  StuckCommunicator host_;
+};
+
+void wait_for_a_frozen_gpu_peer() {
+  HangWatchdog watchdog(0.5, "rank 1 of 2 on host b");
+  const std::unique_ptr<DeviceCommunicator> comm =
+      watch_device_communicator(std::make_unique<StuckDeviceCommunicator>(), watchdog, "its expert group");
+  std::vector<int64_t> counts = {3, 4};
+  comm->all_to_all(nullptr, counts, nullptr, counts);
+}
+
+TEST(HangWatchdog, EndsAProcessStuckInADeviceCollective) {
+  EXPECT_EXIT(wait_for_a_frozen_gpu_peer(), testing::ExitedWithCode(kExitHung),
+              testing::HasSubstr("waiting in all-to-all of 7 values with its expert group over nccl 2.28.3"));
 }
 
 TEST(HangWatchdog, ProgressKeepsAProcessAlive) {

@@ -95,11 +95,45 @@ TEST(MemoryPlan, ActivationsAreTheRealModelsAndReservedArenasNeverGrow) {
     EXPECT_LE(int64_t(grown.scratch_bytes()), plan.scratch);
 
     ZayaModel reserved(params, cpu_ops(), precision);
-    reserved.reserve_arenas(size_t(plan.activations), size_t(plan.scratch));
+    reserved.reserve_arenas(size_t(plan.activations), size_t(plan.recomputed), size_t(plan.scratch));
     const size_t allocations = reserved.arena_allocations();
     reserved.forward_backward(step, 1.0f / float(batch * seq));
     EXPECT_EQ(reserved.arena_allocations(), allocations);
   }
+}
+
+// Recompute trades kept activations for one layer's recomputed ones: each mode's plan is the real model's to
+// the byte, attention keeps less than none and layer less than attention (the recomputed layer included),
+// and with the plan's arenas reserved no step allocates.
+TEST(MemoryPlan, RecomputeKeepsLessAndItsArenasNeverGrow) {
+  const ModelDims dims = model_dims(preset_config("tiny"));
+  const int64_t batch = 2, seq = 96;
+  std::vector<int32_t> ids(size_t(batch * seq));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 7919 % size_t(dims.vocab));
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), batch, seq);
+  const Batch step{ids.data(), labels.data(), nullptr, batch, seq};
+  ParameterStore params(dims);
+  init_parameters(params, 0.3, 5);
+  std::vector<MemoryPlan> plans;
+  for (const Recompute recompute : {Recompute::None, Recompute::Attention, Recompute::Layer}) {
+    const MemoryPlan plan =
+        plan_memory(dims, default_group_rules(), {1, 1, batch, seq, Precision::F32, recompute}, cpu_ops());
+    ZayaModel model(params, cpu_ops(), Precision::F32);
+    model.set_recompute(recompute);
+    model.reserve_arenas(size_t(plan.activations), size_t(plan.recomputed), size_t(plan.scratch));
+    const size_t allocations = model.arena_allocations();
+    params.zero_grads();
+    model.forward_backward(step, 1.0f / float(batch * seq));
+    EXPECT_EQ(model.arena_allocations(), allocations) << recompute_name(recompute);
+    EXPECT_EQ(int64_t(model.activation_bytes()), plan.activations) << recompute_name(recompute);
+    EXPECT_EQ(int64_t(model.recomputed_bytes()), plan.recomputed) << recompute_name(recompute);
+    plans.push_back(plan);
+  }
+  EXPECT_EQ(plans[0].recomputed, 0);
+  EXPECT_LT(plans[1].activations, plans[0].activations);
+  EXPECT_LT(plans[2].activations, plans[1].activations);
+  EXPECT_LT(plans[1].activations + plans[1].recomputed, plans[0].activations);
+  EXPECT_LT(plans[2].activations + plans[2].recomputed, plans[1].activations + plans[1].recomputed);
 }
 
 TEST(MemoryPlan, TheLargestMicroBatchIsTheLastThatFits) {

@@ -240,6 +240,59 @@ TEST(ZayaModel, TrainingStepIsDeterministicAndAllocatesNothingAfterWarmUp) {
   EXPECT_EQ(model.arena_allocations(), allocations_after_warm_up);
 }
 
+// Recompute changes what a training pass keeps, never its numbers: the loss, the expert choices, the router
+// statistics and every gradient are byte for byte those of a pass that keeps everything, with padding and the
+// auxiliary router losses on, in f32 and (where the CPU has it) bf16; and a pass after one with recompute
+// still decodes as before.
+TEST(ZayaModel, RecomputeGivesByteIdenticalGradients) {
+  const ZayaConfig config = tiny();
+  ParameterStore params(model_dims(config));
+  init_parameters(params, 0.3, 4);
+  const int64_t B = 3, S = 33, T = B * S;
+  const std::vector<int32_t> ids = random_ids(T, config.vocab_size, 6);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), B, S);
+  std::vector<float> mask(size_t(T), 1.0f);
+  std::fill(mask.begin() + 2 * S + 20, mask.end(), 0.0f);  // the third sequence padded after 20 tokens
+  const Batch batch{ids.data(), labels.data(), mask.data(), B, S};
+  const int64_t floats = params.table().total_floats(), layers = params.dims().layers;
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    if (precision == Precision::BF16 && !cpu_ops().fast_bf16()) continue;
+    ZayaModel model(params, cpu_ops(), precision);
+    model.set_router_aux_loss({0.01f, 0.001f});
+    std::vector<float> kept_grads;
+    std::vector<int32_t> kept_choices;
+    ForwardResult kept;
+    for (const Recompute recompute : {Recompute::None, Recompute::Attention, Recompute::Layer}) {
+      model.set_recompute(recompute);
+      params.zero_grads();
+      const ForwardResult result = model.forward_backward(batch, 1.0f / float(T));
+      const std::vector<float> grads(params.grads(), params.grads() + floats);
+      const std::vector<int32_t> choices(result.expert_choice, result.expert_choice + layers * T);
+      const std::string what = cat(recompute_name(recompute), " in ", precision_name(precision));
+      if (recompute == Recompute::None) {
+        kept = result;
+        kept_grads = grads;
+        kept_choices = choices;
+        continue;
+      }
+      EXPECT_EQ(result.loss_sum, kept.loss_sum) << what;
+      EXPECT_EQ(result.aux_loss_sum, kept.aux_loss_sum) << what;
+      EXPECT_EQ(choices, kept_choices) << what;
+      EXPECT_EQ(std::memcmp(grads.data(), kept_grads.data(), size_t(floats) * sizeof(float)), 0) << what;
+    }
+  }
+  ZayaModel model(params, cpu_ops());
+  model.set_recompute(Recompute::Layer);
+  model.forward_backward(batch, 1.0f / float(T));
+  DecodeCache cache = make_decode_cache(params.dims(), 8);
+  const float* logits = model.decode_step(ids[0], cache);
+  const std::vector<float> after(logits, logits + config.vocab_size);
+  ZayaModel fresh(params, cpu_ops());
+  DecodeCache fresh_cache = make_decode_cache(params.dims(), 8);
+  const float* expected = fresh.decode_step(ids[0], fresh_cache);
+  EXPECT_EQ(std::memcmp(after.data(), expected, after.size() * sizeof(float)), 0);
+}
+
 // The tiny model at initialisation with two sequences of 17 random tokens.
 struct TinyBatch {
   ZayaConfig config = tiny();

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/model_io.h"
 #include "optim/balancing.h"
 #include "optim/batch_ramp.h"
@@ -457,8 +458,9 @@ TEST(Accumulation, MicroBatchesEqualOneLargerBatch) {
   Optimizer split_opt(split, {}, cpu_ops()), whole_opt(whole, {}, cpu_ops());
   BalancingController split_bal({}, 2, 4), whole_bal({}, 2, 4);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
-  const auto split_step = test::one_process_train_step(split_model, split_opt, split_bal, *comm);
-  const auto whole_step = test::one_process_train_step(whole_model, whole_opt, whole_bal, *comm);
+  const std::unique_ptr<DeviceCommunicator> collectives = make_host_device_communicator(*comm);
+  const auto split_step = test::one_process_train_step(split_model, split_opt, split_bal, *collectives);
+  const auto whole_step = test::one_process_train_step(whole_model, whole_opt, whole_bal, *collectives);
 
   std::vector<Batch> parts;
   for (int64_t k = 0; k < sequences / micro; ++k) {

@@ -40,7 +40,7 @@ std::string read_bytes(const std::string& path) {
 }
 
 std::unique_ptr<TrainStep> one_process_train_step(ZayaModel& model, Optimizer& optimizer,
-                                                  BalancingController& balancing, Communicator& comm) {
+                                                  BalancingController& balancing, DeviceCommunicator& comm) {
   const ParameterTable& table = model.params().table();
   const auto& assignments = optimizer.assignments();
   return std::make_unique<TrainStep>(

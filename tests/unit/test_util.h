@@ -9,6 +9,7 @@ class BalancingController;
 class Communicator;
 class Optimizer;
 class TrainStep;
+class DeviceCommunicator;
 class ZayaModel;
 }  // namespace zaya
 
@@ -33,7 +34,7 @@ class TempDir {
 
 // A training step on one process (comm of one rank): the optimizer owns both regions of the layout whole.
 std::unique_ptr<TrainStep> one_process_train_step(ZayaModel& model, Optimizer& optimizer,
-                                                  BalancingController& balancing, Communicator& comm);
+                                                  BalancingController& balancing, DeviceCommunicator& comm);
 
 void write_bytes(const std::string& path, const std::string& bytes);
 std::string read_bytes(const std::string& path);

@@ -99,6 +99,8 @@ TEST(TrainConfig, ReadsTheRunSections) {
 seed = 7
 threads = 2
 gradient_bucket_mb = 0.5
+recompute = "attention"
+communicator = "mpi"
 [model]
 init = "runs/previous/model"
 dtype = "bfloat16"
@@ -136,6 +138,8 @@ max_bad_steps = 3
                                            "run.toml");
   EXPECT_EQ(c.run.seed, 7u);
   EXPECT_EQ(c.run.gradient_bucket_mb, 0.5);
+  EXPECT_EQ(c.run.recompute, Recompute::Attention);
+  EXPECT_EQ(c.run.communicator, "mpi");
   EXPECT_EQ(c.model.init, "runs/previous/model");
   EXPECT_EQ(c.data.validation, "data/docs_val");
   ASSERT_EQ(c.stages.size(), 2u);
@@ -204,6 +208,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[nonsense]\n", "field 'nonsense': unknown key"},
         BadCase{"[optimizer]\ngrad_clip = -1\n", "grad_clip"},
         BadCase{"[run]\ngradient_bucket_mb = -1\n", "field 'run.gradient_bucket_mb': must be between 0"},
+        BadCase{"[run]\nrecompute = \"some\"\n",
+                "field 'run.recompute': expected \"none\", \"attention\" or"},
+        BadCase{"[run]\ncommunicator = \"gloo\"\n",
+                "field 'run.communicator': expected \"auto\", \"mpi\" or"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 0 }\n", "weight must be positive"},
         BadCase{"[[stages]]\ntokens = 5\nseq_len = 8\nmixture = { \"d\" = 1 }\nwindow = 3\n",
                 "field 'stages[1].window': unknown key"},

@@ -6,6 +6,7 @@
 
 #include "backend/ops.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/model_io.h"
 #include "train/train_step.h"
 #include "unit/reference_data.h"
@@ -23,7 +24,9 @@ TEST(TrainReference, TenStepsMatchTheTorchReference) {
   BalancingController balancing(test::TrainReference::balancing_config(), loaded.params->dims().layers,
                                 loaded.params->dims().experts);
   const std::unique_ptr<Communicator> comm = make_single_process_communicator();
-  const std::unique_ptr<TrainStep> step = test::one_process_train_step(model, optimizer, balancing, *comm);
+  const std::unique_ptr<DeviceCommunicator> collectives = make_host_device_communicator(*comm);
+  const std::unique_ptr<TrainStep> step =
+      test::one_process_train_step(model, optimizer, balancing, *collectives);
   TrainStep& train = *step;
   for (int64_t step = 0; step < ref.steps(); ++step) {
     const StepReport report = train.run(ref.batches(step), ref.lr_factor(step));

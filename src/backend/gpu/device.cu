@@ -72,6 +72,10 @@ int device_count() {
                   " (error ", int(error), ")"));
 }
 
+void use_device(int index) {
+  check(ZAYA_RT(SetDevice)(index), "SetDevice");
+}
+
 std::string device_name() {
   int device = 0;
   check(ZAYA_RT(GetDevice)(&device), "GetDevice");
@@ -127,6 +131,7 @@ const char* language_name() {
 int device_count() {
   return 1;
 }
+void use_device(int) {}  // its one device
 std::string device_name() {
   return "the GPU emulator (kernels run on the CPU)";
 }

@@ -5,9 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace zaya {
+class Communicator;
+class DeviceCommunicator;
 class Ops;
 struct GpuBackend;
 }  // namespace zaya
@@ -26,6 +29,8 @@ const char* language_name();
 // GPUs this process can use; 0 when there is none or no driver (the emulator has one). Throws Error when a
 // driver is there but fails (older than the runtime, say): a fault to fix, not a machine without a GPU.
 int device_count();
+// Makes the machine's index-th GPU this process's (its ranks take one each), before ops() is first made.
+void use_device(int index);
 // "NVIDIA H200" and the like.
 std::string device_name();
 // The device's memory in bytes (all of it, not what is free now).
@@ -39,5 +44,12 @@ void zero(void* data, size_t bytes);
 void copy(void* dst, const void* src, size_t bytes);
 // Waits for every kernel queued so far.
 void synchronize();
+
+// The NCCL (CUDA) or RCCL (HIP) library, loaded when first asked for (collectives.cu): why it cannot serve
+// `ranks_here` ranks on this machine ("" when it can), and its communicator over host's ranks (collective).
+// The emulator has neither.
+const char* collectives_name();
+std::string collectives_unavailable(int ranks_here);
+std::unique_ptr<DeviceCommunicator> make_collectives(Communicator& host);
 
 }  // namespace zaya::gpu

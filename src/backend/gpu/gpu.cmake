@@ -4,8 +4,8 @@
 #   zaya_gpu_cuda      CUDA for sm_80 and sm_90, with cuBLASLt, where nvcc is found (ZAYA_GPU=auto|cuda);
 #   zaya_gpu_hip       HIP for gfx90a and gfx940 (and gfx942 where the ROCm found has it), where hipcc is
 #                      found (ZAYA_GPU=auto|hip): compiled only, until a ROCm with hipBLASLt (>= 6) is here.
-set(ZAYA_GPU_SOURCES attention.cu blas.cu cca.cu device.cu elementwise.cu embedding.cu gpu_ops.cu loss.cu
-                     norms.cu optimizer.cu products.cu routing.cu)
+set(ZAYA_GPU_SOURCES attention.cu blas.cu cca.cu collectives.cu device.cu elementwise.cu embedding.cu gpu_ops.cu
+                     loss.cu norms.cu optimizer.cu products.cu routing.cu)
 
 # A host compiler does not read .cu files as C++: each gets a one-line .cpp that includes it.
 set(emulated_sources ${CMAKE_CURRENT_SOURCE_DIR}/backend/gpu/emulator.cpp)

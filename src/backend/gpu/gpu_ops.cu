@@ -84,7 +84,9 @@ Ops& gpu::ops() {
 }
 
 GpuBackend gpu::backend() {
-  return {gpu::language_name(), gpu::ops, gpu::device_count, gpu::device_name, gpu::memory_bytes};
+  return {gpu::language_name(), gpu::ops,        gpu::device_count,       gpu::device_name,
+          gpu::memory_bytes,    gpu::use_device, gpu::collectives_name(), gpu::collectives_unavailable,
+          gpu::make_collectives};
 }
 
 }  // namespace zaya
