@@ -183,12 +183,15 @@ void run_step_bench(const StepArgs& args) {
   ZayaModel zaya(params, ops, precision);
   ThreadGovernor governor;  // as in training: fewer threads while another process holds a core
   std::vector<double> seconds;
+  int64_t host_reads = 0;  // of the last step: each one a wait for the device
   for (int step = 0; step < kWarmUpSteps + args.steps; ++step) {
     params.zero_grads();
     ops.synchronize();
+    const int64_t reads_before = ops.host_reads();
     const auto start = std::chrono::steady_clock::now();
     zaya.forward_backward(batch, 1.0f / float(tokens));
     ops.synchronize();
+    host_reads = ops.host_reads() - reads_before;
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     if (step >= kWarmUpSteps) seconds.push_back(elapsed.count());
     governor.after_step();
@@ -215,7 +218,8 @@ void run_step_bench(const StepArgs& args) {
                           {"tokens_per_second", tokens_per_second},
                           {"model_flops", model_flops},
                           {"gemm_flops", gemm_flops},
-                          {"mfu", mfu}};
+                          {"mfu", mfu},
+                          {"host_reads", host_reads}};
     if (args.peak_tflops > 0) out["mfu_of_peak"] = peak_mfu;
     if (profile) out["profile"] = profile_json(*profile);
     std::printf("%s\n", out.dump().c_str());
@@ -233,6 +237,10 @@ void run_step_bench(const StepArgs& args) {
   if (args.peak_tflops > 0) {
     std::printf("MFU against the given peak of %.0f TFLOP/s: %.1f%%\n", args.peak_tflops, 100 * peak_mfu);
   }
+  std::printf(
+      "host reads per forward+backward: %lld (each a wait for the device: the experts' row counts of "
+      "each layer, the step's sums)\n",
+      (long long)host_reads);
   if (profile) print_profile(*profile);
 }
 

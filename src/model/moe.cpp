@@ -42,7 +42,8 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   // expert size its products, so the offsets are read to the host (once per layer; backward reuses them).
   ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
   a.host_offsets.resize(size_t(E + 1));
-  ops_.read_to_host(a.host_offsets.data(), a.offsets, size_t(E + 1) * sizeof(int64_t));
+  // A recomputed layer routes as its forward pass did: the offsets read then are the same.
+  if (!recomputing_) ops_.read_to_host(a.host_offsets.data(), a.offsets, size_t(E + 1) * sizeof(int64_t));
   const int64_t routed = a.host_offsets[size_t(E)];
   float* x = scratch_.alloc<float>(size_t(routed * H));
   ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);

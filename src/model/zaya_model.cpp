@@ -426,11 +426,13 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
     // The layer's router statistics are added to the step's sums once more, after they were read.
     if (recompute_ != Recompute::None) {
       allocate_recomputed(l, batch, fresh);
+      recomputing_ = true;
       if (recompute_ == Recompute::Attention) {
         attention_forward(int(l), batch, a);
       } else {
         layer_forward(l, batch, a, recomputed_.alloc<float>(size_t(T * H)));
       }
+      recomputing_ = false;
     }
     const ResidualScaleWeights& rm = w.mlp_residual;
     ops_.residual_scale_backward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, d_x, T, H, d_moe,

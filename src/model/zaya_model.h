@@ -226,6 +226,7 @@ class ZayaModel {
   Arena arena_;       // activations: reset at the start of each forward
   Arena recomputed_;  // with recompute, the activations of the one layer computed (again) now
   Recompute recompute_ = Recompute::None;
+  bool recomputing_ = false;  // the backward pass is computing a layer's forward again
   // Where the attention block's and the rest of a layer's own activations go in this pass (the product
   // inputs and the expert exchange included): arena_, or recomputed_ for what recompute_ names.
   Arena* attention_arena_ = &arena_;

@@ -1,6 +1,6 @@
 # Sourced by the distributed tests (distributed_test.sh, hosts_test.sh), after report.sh with $zaya, $tmp and
 # $configs set: the data of a tiny run (a tokenizer and a dataset from the Python docs), the run's arguments,
-# and the helpers that compare runs.
+# and the helpers that compare runs (compare_runs.sh).
 docs=/usr/share/doc/python3.11/html/_sources
 [ -d "$docs" ] || { echo "FAIL: $docs is missing (scripts/setup.sh installs python3.11-doc)"; exit 1; }
 mkdir -p "$tmp/corpus"
@@ -17,15 +17,4 @@ args=(train "$configs/tiny.toml" --set 'run.precision="fp32"' --set "data.tokeni
       --set "data.validation=\"$tmp/docs_val\"" --set "stages.0.mixture={\"$tmp/docs_train\" = 1.0}"
       --set "stages.1.mixture={\"$tmp/docs_train\" = 1.0}" --set stages.0.tokens=16384 --set stages.1.tokens=8192
       --set batch.start_sequences=16 --set run.threads=1 --set checkpoint.every_steps=10 --set eval.every_steps=10)
-# "step loss" lines of a run's training steps (or, with a second argument, of its evaluations).
-losses() { grep "\"type\":\"${2:-train}\"" "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/'; }
-sample() { grep '"type":"sample"' "$1/metrics.jsonl" | sed 's/.*"text":\(".*"\),"type".*/\1/'; }
-final() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }  # a model directory
-# Steps both runs hold must agree to 1e-5 in loss (training, or evaluation with a third argument); prints
-# the worst difference.
-same_losses() {
-  join <(losses "$1" ${3:-} | sort -k1,1) <(losses "$2" ${3:-} | sort -k1,1) \
-    | awk -v bound="${BOUND:-1e-5}" 'BEGIN { worst = 0; n = 0 } { d = $2 - $3; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-           END { printf "%d steps, worst loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= bound) }'
-}
-
+source "$(dirname "${BASH_SOURCE[0]}")/compare_runs.sh"

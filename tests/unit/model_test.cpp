@@ -404,6 +404,11 @@ TEST(ZayaModel, ReadsDeviceValuesOncePerLayerAndOncePerStep) {
   before = cpu_ops().host_reads();
   optimizer.step(1.0);
   EXPECT_EQ(cpu_ops().host_reads() - before, 1);
+  // Recompute reads nothing again: a recomputed layer's expert offsets are those its forward pass read.
+  model.set_recompute(Recompute::Layer);
+  before = cpu_ops().host_reads();
+  model.forward_backward(tiny_batch.batch(), 1.0f);
+  EXPECT_EQ(cpu_ops().host_reads() - before, layers + 1);
 }
 
 TEST(ZayaModel, RejectsTokensOutsideTheVocabulary) {
