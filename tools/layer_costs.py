@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The FLOPs and bytes of each op of one zaya1-base decoder layer's forward and backward pass, as zaya's code
+runs them today, and what bounds each on a GPU: the table in docs/ARCHITECTURE.md ("A layer's ops on a GPU"),
+for comparing a first GPU profile op by op. Estimates from shapes, not measurements.
+
+FLOPs are those the code executes (attention's backward computes QK^T again, and dQ in a pass of its own),
+more than the model FLOPs MFU counts (`zaya info`: 6 per parameter and token, and attention's).
+Bytes count what each op reads and writes in device memory as the code does it: activations and their
+gradients in f32 (4 bytes), the products' weights in bf16 (2 bytes) with each bf16 product's operands rounded
+into scratch first (a read of the f32 value and a write of the bf16 copy), attention reading q, k, v once per
+query tile. An op is bound by its arithmetic when its FLOPs take longer at the rate it runs on (the matrix
+units' bf16 rate for cuBLASLt products, the ordinary cores' f32 rate for zaya's own attention kernels) than
+its bytes at the memory's bandwidth.
+
+Usage: tools/layer_costs.py [--batch 8] [--seq 4096] [--bf16-tflops 989] [--f32-tflops 67] [--tbps 3.35]
+(the defaults: ZAYA1's sequence length, an H100 SXM's data sheet)
+"""
+
+import argparse
+
+# zaya1-base (src/model/model_dims.cpp): every layer full causal attention.
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 8, 2, 128
+EXPERTS, INTERMEDIATE, ROUTER = 16, 2048, 256
+K0, K1 = 2, 2  # the CCA convolutions' taps
+ROUTED = 1.0  # the share of tokens the router sends to an expert (the skip route takes the rest): at most 1
+QUERY_TILE = 64  # attention.cu's rows per block: k and v are read once per tile of queries
+
+F32, BF16 = 4, 2
+
+
+def product(m, n, k, a_f32=True):
+    """FLOPs and bytes of C[m, n] = A[m, k] B[k, n]^T with B a bf16 weight: the f32 operand read and rounded
+    into bf16 scratch (read, write, read again), the weight read, C written in f32."""
+    flops = 2 * m * n * k
+    a = m * k * (F32 + 2 * BF16) if a_f32 else m * k * BF16
+    return flops, a + n * k * BF16 + m * n * F32
+
+
+def rows(args):
+    T = args.batch * args.seq
+    QD, KD, C = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, (HEADS + KV_HEADS) * HEAD_DIM
+    table = []
+
+    def add(name, flops, bytes_, unit):
+        table.append((name, flops, bytes_, unit))
+
+    # Each product once forward and twice backward (the input's gradient and the weight's).
+    def projection(name, n, k, m=T):
+        f, b = product(m, n, k)
+        add(name, 3 * f, 3 * b, "matrix")
+
+    projection("q, k projections (x -> [T, C])", QD + KD, HIDDEN)
+    projection("v projections (current and delayed)", KD, HIDDEN)
+    projection("o_proj", HIDDEN, QD)
+    # Depthwise: 2 k0 FLOPs per element; grouped: a [d, d] product per tap and group.
+    add("CCA depthwise convolution", 3 * 2 * T * C * K0, 3 * 3 * T * C * F32, "vector")
+    f, b = product(T * (HEADS + KV_HEADS), HEAD_DIM, HEAD_DIM * K1)
+    add("CCA grouped convolution", 3 * f, 3 * b, "matrix")
+    add("q-k mean, L2 norms, RoPE, delay", 3 * 20 * T * (QD + KD), 3 * 8 * T * (QD + KD) * F32, "vector")
+    # Causal: each query sees half the sequence on average. Forward: QK^T and PV; backward: 5 products
+    # (dV, dP, dS.K -> dQ, dS^T.Q -> dK, and QK^T again), dQ in a pass of its own.
+    pairs = args.batch * HEADS * args.seq * (args.seq + 1) / 2
+    per_pair = 2 * 2 * HEAD_DIM
+    tiles = args.seq // QUERY_TILE
+    kv_reads = args.batch * KV_HEADS * tiles * (args.seq / 2) * HEAD_DIM * 2 * F32
+    add("attention forward", per_pair * pairs, kv_reads + 3 * T * QD * F32, "f32 cores")
+    add("attention backward", 3.5 * per_pair * pairs, 3 * kv_reads + 6 * T * QD * F32, "f32 cores")
+    add("norms, residual scaling (2 each)", 3 * 2 * 10 * T * HIDDEN, 3 * 2 * 5 * T * HIDDEN * F32, "vector")
+    # The router's products stay f32 (no TF32): on the f32 cores.
+    router = 2 * T * (HIDDEN * ROUTER + 2 * ROUTER * ROUTER + ROUTER * (EXPERTS + 1))
+    add("router products (f32)", 3 * router, 3 * T * (HIDDEN + 6 * ROUTER) * F32, "f32 cores")
+    # The experts: every routed token through gate|up and down, one product per expert each.
+    f1, b1 = product(int(ROUTED * T), 2 * INTERMEDIATE, HIDDEN)
+    f2, b2 = product(int(ROUTED * T), HIDDEN, INTERMEDIATE)
+    add("experts' products (16 x 2 per pass)", 3 * (f1 + f2),
+        3 * (b1 + b2) + (EXPERTS - 1) * 3 * 3 * HIDDEN * INTERMEDIATE * BF16, "matrix")
+    add("SwiGLU, gather, scatter", 3 * 4 * T * INTERMEDIATE, 3 * (4 * T * INTERMEDIATE + 4 * T * HIDDEN) * F32,
+        "vector")
+    return table
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--bf16-tflops", type=float, default=989.0)
+    parser.add_argument("--f32-tflops", type=float, default=67.0)
+    parser.add_argument("--tbps", type=float, default=3.35)
+    args = parser.parse_args()
+    rate = {"matrix": args.bf16_tflops * 1e12, "f32 cores": args.f32_tflops * 1e12,
+            "vector": args.f32_tflops * 1e12}
+    print(f"| op (zaya1-base layer, {args.batch} x {args.seq} tokens, forward + backward) | GFLOP | GB | "
+          f"runs on | ms at its rate | ms at {args.tbps} TB/s | bound by |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | --- |")
+    total_ms = total_flops = 0.0
+    for name, flops, bytes_, unit in rows(args):
+        compute_ms = flops / rate[unit] * 1e3
+        memory_ms = bytes_ / (args.tbps * 1e12) * 1e3
+        bound = "arithmetic" if compute_ms >= memory_ms else "memory"
+        total_ms += max(compute_ms, memory_ms)
+        total_flops += flops
+        print(f"| {name} | {flops / 1e9:,.0f} | {bytes_ / 1e9:.2f} | {unit} | {compute_ms:.2f} | "
+              f"{memory_ms:.2f} | {bound} |")
+    print(f"| **the layer, as run** | {total_flops / 1e9:,.0f} | | | | | {total_ms:.1f} ms at best |")
+
+
+if __name__ == "__main__":
+    main()
