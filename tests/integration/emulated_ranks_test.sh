@@ -24,6 +24,13 @@ args+=(--set stages.0.tokens=8192 --set stages.1.tokens=4096 --set checkpoint.ev
 gpu=(--set 'run.device="emulated"')
 
 "$zaya" "${args[@]}" --run-dir "$tmp/one" > "$tmp/one.log" 2>&1 || { fail "one CPU process"; tail -5 "$tmp/one.log"; }
+# The run in $1 ends as the one process did: its losses and final weights to 1e-5.
+ends_as_one() {
+  local out
+  out=$(same_losses "$tmp/one" "$1") && ok "their losses: $out" || fail "their losses: $out"
+  out=$("$compare" "$(final "$1")" "$(final "$tmp/one")" 1e-5) && ok "their weights: $out" \
+    || fail "their weights: $out"
+}
 
 # fp32: the emulated ranks' sums are the CPU's to float rounding (1e-5 in loss and weights, as at 2 CPU ranks).
 for layout in "2 1" "2 2"; do
@@ -52,9 +59,7 @@ grep -q "error on rank 3 of 4: .*injected failure at step 8" "$tmp/there.log" \
   && grep -q "resuming .*checkpoints/step_[36]" "$tmp/there-resume.log" \
   && ok "4 emulated GPU ranks (2 x 2) save, 2 CPU ranks resume" \
   || { fail "4 emulated GPU ranks, then 2 CPU ranks"; tail -3 "$tmp/there.log" "$tmp/there-resume.log"; }
-out=$(same_losses "$tmp/one" "$tmp/there") && ok "their losses: $out" || fail "their losses: $out"
-out=$("$compare" "$(final "$tmp/there")" "$(final "$tmp/one")" 1e-5) && ok "their weights: $out" \
-  || fail "their weights: $out"
+ends_as_one "$tmp/there"
 
 # And back: 2 CPU ranks fail at step 8; 4 emulated ranks (2 x 2) resume.
 "${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set debug.fail_rank=0 --set debug.fail_step=8 --run-dir "$tmp/back" \
@@ -65,9 +70,7 @@ grep -q "injected failure at step 8" "$tmp/back.log" \
   && grep -q "resuming .*checkpoints/step_[36]" "$tmp/back-resume.log" \
   && ok "2 CPU ranks save, 4 emulated GPU ranks (2 x 2) resume" \
   || { fail "2 CPU ranks, then 4 emulated GPU ranks"; tail -3 "$tmp/back.log" "$tmp/back-resume.log"; }
-out=$(same_losses "$tmp/one" "$tmp/back") && ok "their losses: $out" || fail "their losses: $out"
-out=$("$compare" "$(final "$tmp/back")" "$(final "$tmp/one")" 1e-5) && ok "their weights: $out" \
-  || fail "their weights: $out"
+ends_as_one "$tmp/back"
 
 # bf16: 2 emulated ranks against one emulated process. Only the order of the gradient sums differs, which
 # bf16's 8-bit significand amplifies as at 2 CPU ranks (distributed_test.sh): 10 steps agree to 1e-3 in loss.

@@ -101,6 +101,11 @@ TEST(WatchedCommunicator, PassesCollectivesThrough) {
   group->barrier();
 }
 
+// What a collective with a frozen peer does.
+[[noreturn]] void wait_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 // A communicator whose all-reduce never completes: a peer whose host froze.
 class StuckCommunicator final : public Communicator {
  public:
@@ -108,28 +113,23 @@ class StuckCommunicator final : public Communicator {
   int size() const override { return 2; }
   int local_size() const override { return 1; }
   int local_rank() const override { return 0; }
-  void all_reduce_sum(float*, int64_t) override { stuck(); }
-  void all_reduce_sum(double*, int64_t) override { stuck(); }
-  void all_reduce_sum(int64_t*, int64_t) override { stuck(); }
-  void all_reduce_max(int64_t*, int64_t) override { stuck(); }
+  void all_reduce_sum(float*, int64_t) override { wait_forever(); }
+  void all_reduce_sum(double*, int64_t) override { wait_forever(); }
+  void all_reduce_sum(int64_t*, int64_t) override { wait_forever(); }
+  void all_reduce_max(int64_t*, int64_t) override { wait_forever(); }
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
                                                               std::vector<int64_t>) override {
-    stuck();
+    wait_forever();
   }
-  void all_gather(float*, const std::vector<int64_t>&) override { stuck(); }
+  void all_gather(float*, const std::vector<int64_t>&) override { wait_forever(); }
   void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {
-    stuck();
+    wait_forever();
   }
-  void broadcast(void*, int64_t, int) override { stuck(); }
-  std::vector<std::string> all_gather_strings(const std::string&) override { stuck(); }
-  void barrier() override { stuck(); }
-  std::unique_ptr<Communicator> split(int, int) override { stuck(); }
+  void broadcast(void*, int64_t, int) override { wait_forever(); }
+  std::vector<std::string> all_gather_strings(const std::string&) override { wait_forever(); }
+  void barrier() override { wait_forever(); }
+  std::unique_ptr<Communicator> split(int, int) override { wait_forever(); }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-
- private:
-  [[noreturn]] static void stuck() {
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
 };
 
 // A rank of two whose peer froze, waiting in the all-reduce that every step ends with.
@@ -160,17 +160,14 @@ class StuckDeviceCommunicator final : public DeviceCommunicator {
   std::string engine() const override { return "nccl 2.28.3"; }
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
                                                               std::vector<int64_t>) override {
-    stuck();
+    wait_forever();
   }
-  void all_gather(float*, const std::vector<int64_t>&) override { stuck(); }
+  void all_gather(float*, const std::vector<int64_t>&) override { wait_forever(); }
   void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {
-    stuck();
+    wait_forever();
   }
 
  private:
-  [[noreturn]] static void stuck() {
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
   StuckCommunicator host_;
 };
 
