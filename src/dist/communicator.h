@@ -78,6 +78,13 @@ std::unique_ptr<Communicator> make_mpi_communicator(int64_t max_elements_per_cal
 // This machine's name (for messages that say where a rank runs, and file names).
 std::string host_name();
 
+// The elements of a collective's per-rank counts, in all.
+inline int64_t total_count(const std::vector<int64_t>& counts) {
+  int64_t sum = 0;
+  for (const int64_t count : counts) sum += count;
+  return sum;
+}
+
 // Part `index` of `total` items split into `parts` consecutive runs whose lengths differ by at most one.
 struct Share {
   int64_t first = 0, count = 0;

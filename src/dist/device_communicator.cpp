@@ -8,10 +8,6 @@
 namespace zaya {
 namespace {
 
-int64_t total(const std::vector<int64_t>& counts) {
-  return std::accumulate(counts.begin(), counts.end(), int64_t(0));
-}
-
 class HostDeviceCommunicator final : public DeviceCommunicator {
  public:
   explicit HostDeviceCommunicator(Communicator& host) : host_(host) {}
@@ -66,14 +62,14 @@ class StagedCommunicator final : public DeviceCommunicator {
 
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
                                                               std::vector<int64_t> counts) override {
-    auto pending = std::make_unique<StagedPending>(memory_, to_host(send, total(counts)),
+    auto pending = std::make_unique<StagedPending>(memory_, to_host(send, total_count(counts)),
                                                    counts.at(size_t(host_.rank())), recv);
     pending->start(host_, std::move(counts));
     return pending;
   }
   // Only this rank's part goes to the host: the others are filled in there.
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
-    std::vector<float> staged(size_t(total(counts)));
+    std::vector<float> staged(size_t(total_count(counts)));
     const int64_t mine = std::accumulate(counts.begin(), counts.begin() + host_.rank(), int64_t(0));
     memory_.copy_to_host(staged.data() + mine, data + mine,
                          size_t(counts.at(size_t(host_.rank()))) * sizeof(float));
@@ -82,8 +78,8 @@ class StagedCommunicator final : public DeviceCommunicator {
   }
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
                   const std::vector<int64_t>& recv_counts) override {
-    const std::vector<float> staged_send = to_host(send, total(send_counts));
-    std::vector<float> staged_recv(size_t(total(recv_counts)));
+    const std::vector<float> staged_send = to_host(send, total_count(send_counts));
+    std::vector<float> staged_recv(size_t(total_count(recv_counts)));
     host_.all_to_all(staged_send.data(), send_counts, staged_recv.data(), recv_counts);
     memory_.copy_from_host(recv, staged_recv.data(), staged_recv.size() * sizeof(float));
   }

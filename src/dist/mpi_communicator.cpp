@@ -14,10 +14,6 @@
 namespace zaya {
 namespace {
 
-int64_t total(const std::vector<int64_t>& counts) {
-  return std::accumulate(counts.begin(), counts.end(), int64_t(0));
-}
-
 std::vector<int> to_int(const std::vector<int64_t>& values) {
   return {values.begin(), values.end()};
 }
@@ -80,7 +76,7 @@ class MpiCommunicator final : public Communicator {
                                                               std::vector<int64_t> counts) override {
     check_counts(counts);
     auto pending = std::make_unique<MpiPending>();
-    if (total(counts) <= limit_) {
+    if (total_count(counts) <= limit_) {
       pending->counts.push_back(to_int(counts));
       pending->requests.emplace_back();
       MPI_Ireduce_scatter(send, recv, pending->counts.back().data(), MPI_FLOAT, MPI_SUM, comm_,
@@ -112,7 +108,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
     check_counts(counts);
     const std::vector<int64_t> offsets = offsets_of(counts);
-    if (total(counts) <= limit_) {
+    if (total_count(counts) <= limit_) {
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, to_int(counts).data(), to_int(offsets).data(),
                      MPI_FLOAT, comm_);
       return;
@@ -125,7 +121,7 @@ class MpiCommunicator final : public Communicator {
                   const std::vector<int64_t>& recv_counts) override {
     check_counts(send_counts);
     check_counts(recv_counts);
-    if (total(send_counts) > INT_MAX || total(recv_counts) > INT_MAX)
+    if (total_count(send_counts) > INT_MAX || total_count(recv_counts) > INT_MAX)
       throw Error("an all-to-all of more than 2^31 - 1 elements per rank is not supported");
     MPI_Alltoallv(send, to_int(send_counts).data(), to_int(offsets_of(send_counts)).data(), MPI_FLOAT, recv,
                   to_int(recv_counts).data(), to_int(offsets_of(recv_counts)).data(), MPI_FLOAT, comm_);
@@ -143,7 +139,7 @@ class MpiCommunicator final : public Communicator {
     lengths[size_t(rank_)] = int64_t(mine.size());
     all_reduce_sum(lengths.data(), size_);
     std::vector<int64_t> offsets = offsets_of(lengths);
-    std::string all(size_t(total(lengths)), '\0');
+    std::string all(size_t(total_count(lengths)), '\0');
     std::copy(mine.begin(), mine.end(), all.begin() + offsets[size_t(rank_)]);
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), to_int(lengths).data(),
                    to_int(offsets).data(), MPI_CHAR, comm_);

@@ -1,17 +1,11 @@
 #include "dist/watched_communicator.h"
 
-#include <numeric>
-
 #include "core/error.h"
 #include "dist/device_communicator.h"
 #include "dist/hang_watchdog.h"
 
 namespace zaya {
 namespace {
-
-int64_t total(const std::vector<int64_t>& counts) {
-  return std::accumulate(counts.begin(), counts.end(), int64_t(0));
-}
 
 class WatchedPending final : public PendingCollective {
  public:
@@ -88,16 +82,17 @@ class WatchedCommunicator final : public Communicator {
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
                                                               std::vector<int64_t> counts) override {
-    const int64_t count = total(counts);
+    const int64_t count = total_count(counts);
     return watch_.started("reduce-scatter", count,
                           inner_.start_reduce_scatter_sum(send, recv, std::move(counts)));
   }
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
-    run("all-gather", total(counts), [&] { inner_.all_gather(data, counts); });
+    run("all-gather", total_count(counts), [&] { inner_.all_gather(data, counts); });
   }
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
                   const std::vector<int64_t>& recv_counts) override {
-    run("all-to-all", total(send_counts), [&] { inner_.all_to_all(send, send_counts, recv, recv_counts); });
+    run("all-to-all", total_count(send_counts),
+        [&] { inner_.all_to_all(send, send_counts, recv, recv_counts); });
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     run("broadcast (bytes)", bytes, [&] { inner_.broadcast(data, bytes, root); });
@@ -144,16 +139,16 @@ class WatchedDeviceCommunicator final : public DeviceCommunicator {
   std::string engine() const override { return inner_->engine(); }
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv,
                                                               std::vector<int64_t> counts) override {
-    const int64_t count = total(counts);
+    const int64_t count = total_count(counts);
     return watch_.started("reduce-scatter", count,
                           inner_->start_reduce_scatter_sum(send, recv, std::move(counts)));
   }
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
-    watch_.run("all-gather", total(counts), [&] { inner_->all_gather(data, counts); });
+    watch_.run("all-gather", total_count(counts), [&] { inner_->all_gather(data, counts); });
   }
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
                   const std::vector<int64_t>& recv_counts) override {
-    watch_.run("all-to-all", total(send_counts),
+    watch_.run("all-to-all", total_count(send_counts),
                [&] { inner_->all_to_all(send, send_counts, recv, recv_counts); });
   }
 

@@ -157,7 +157,6 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   rope_tables(batch);
 
   embed(batch, x_embed_);
-  const Arena::Mark fresh = recomputed_.mark();
   for (int64_t l = 0; l < dims_.layers; ++l) {
     LayerActivations& a = layers_[size_t(l)];
     const Arena::Mark layer_mark = arena_.mark();
@@ -166,7 +165,7 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
       allocate_rest(a, batch, expert_choice_ + l * T, router_states[l % 2], arena_);
       a.x_in = streams[l % 2];
     }
-    if (recompute != Recompute::None) allocate_recomputed(l, batch, fresh);
+    if (recompute != Recompute::None) allocate_recomputed(l, batch);
     const bool last = l + 1 == dims_.layers;
     layer_forward(l, batch, a, last ? x_final_ : train ? layers_[size_t(l + 1)].x_in : streams[(l + 1) % 2]);
     if (after_layer) after_layer(l, a);
@@ -208,9 +207,9 @@ void ZayaModel::layer_forward(int64_t layer, const Batch& batch, LayerActivation
   ops_.residual_scale_forward(a.moe, a.r1, rm.h_bias, rm.h_scale, rm.r_bias, rm.r_scale, T, H, x_out);
 }
 
-void ZayaModel::allocate_recomputed(int64_t layer, const Batch& batch, const Arena::Mark& fresh) {
+void ZayaModel::allocate_recomputed(int64_t layer, const Batch& batch) {
   LayerActivations& a = layers_[size_t(layer)];
-  recomputed_.rewind(fresh);
+  recomputed_.rewind(Arena::Mark{});  // recomputed_ holds one layer at a time, from its start
   allocate_attention(a, batch, recomputed_);
   if (recompute_ == Recompute::Layer) allocate_rest(a, batch, a.choice, a.rh, recomputed_);
 }
@@ -416,8 +415,7 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
   float* d_state_out = arena_.alloc<float>(size_t(T * R));
 
   ops_.rmsnorm_backward(x_final_, w_.final_norm, rstd_final_, d_final, T, H, d_x, false, g_.final_norm);
-  bool state_grad = false;    // the last layer's router state feeds no later layer
-  const Arena::Mark fresh{};  // recomputed_ holds nothing else
+  bool state_grad = false;  // the last layer's router state feeds no later layer
   for (int64_t l = dims_.layers - 1; l >= 0; --l) {
     LayerActivations& a = layers_[size_t(l)];
     const LayerWeights& w = w_.layers[size_t(l)];
@@ -425,7 +423,7 @@ void ZayaModel::backward(const Batch& batch, float* d_final) {
     // What recompute left out, computed again from the same inputs: the same bits as the forward pass's.
     // The layer's router statistics are added to the step's sums once more, after they were read.
     if (recompute_ != Recompute::None) {
-      allocate_recomputed(l, batch, fresh);
+      allocate_recomputed(l, batch);
       recomputing_ = true;
       if (recompute_ == Recompute::Attention) {
         attention_forward(int(l), batch, a);

@@ -161,8 +161,8 @@ class ZayaModel {
   void allocate_attention(LayerActivations& a, const Batch& batch, Arena& arena);
   void allocate_rest(LayerActivations& a, const Batch& batch, int32_t* choice, float* router_state,
                      Arena& arena);
-  // The activations recompute_ leaves to the backward pass, in recomputed_ from `fresh` on.
-  void allocate_recomputed(int64_t layer, const Batch& batch, const Arena::Mark& fresh);
+  // The activations recompute_ leaves to the backward pass, in recomputed_ (which it empties first).
+  void allocate_recomputed(int64_t layer, const Batch& batch);
   // One decoder layer forward, from a.x_in (and the previous layer's router state) to x_out.
   void layer_forward(int64_t layer, const Batch& batch, LayerActivations& a, float* x_out);
   // Throws Error unless the tokens are in the vocabulary, the cache has room for them and this rank holds
