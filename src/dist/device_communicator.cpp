@@ -69,19 +69,20 @@ class StagedCommunicator final : public DeviceCommunicator {
   }
   // Only this rank's part goes to the host: the others are filled in there.
   void all_gather(float* data, const std::vector<int64_t>& counts) override {
-    std::vector<float> staged(size_t(total_count(counts)));
+    recv_.resize(size_t(total_count(counts)));
     const int64_t mine = std::accumulate(counts.begin(), counts.begin() + host_.rank(), int64_t(0));
-    memory_.copy_to_host(staged.data() + mine, data + mine,
+    memory_.copy_to_host(recv_.data() + mine, data + mine,
                          size_t(counts.at(size_t(host_.rank()))) * sizeof(float));
-    host_.all_gather(staged.data(), counts);
-    memory_.copy_from_host(data, staged.data(), staged.size() * sizeof(float));
+    host_.all_gather(recv_.data(), counts);
+    memory_.copy_from_host(data, recv_.data(), recv_.size() * sizeof(float));
   }
   void all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
                   const std::vector<int64_t>& recv_counts) override {
-    const std::vector<float> staged_send = to_host(send, total_count(send_counts));
-    std::vector<float> staged_recv(size_t(total_count(recv_counts)));
-    host_.all_to_all(staged_send.data(), send_counts, staged_recv.data(), recv_counts);
-    memory_.copy_from_host(recv, staged_recv.data(), staged_recv.size() * sizeof(float));
+    send_.resize(size_t(total_count(send_counts)));
+    memory_.copy_to_host(send_.data(), send, send_.size() * sizeof(float));
+    recv_.resize(size_t(total_count(recv_counts)));
+    host_.all_to_all(send_.data(), send_counts, recv_.data(), recv_counts);
+    memory_.copy_from_host(recv, recv_.data(), recv_.size() * sizeof(float));
   }
 
  private:
@@ -93,6 +94,9 @@ class StagedCommunicator final : public DeviceCommunicator {
 
   Communicator& host_;
   MemoryResource& memory_;
+  // The blocking collectives' host copies, kept from call to call (their capacity: no allocation per step
+  // once the largest has been seen). A reduce-scatter in flight holds copies of its own.
+  std::vector<float> send_, recv_;
 };
 
 }  // namespace
