@@ -18,6 +18,7 @@ all: build
 deps:
 	$(call step,checking the Debian packages (scripts/setup.sh installs what is missing))
 	@scripts/setup.sh
+	@python3 scripts/fetch-cuda-binutils.py tools/cuda-binutils
 
 $(BUILD)/build.ninja: | deps
 	$(call step,configuring the release build in $(BUILD)/)

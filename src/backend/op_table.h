@@ -23,6 +23,21 @@ ZAYA_OP(gemm,
         (Precision precision, Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
          Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc),
         (precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+// The experts' products, grouped by the device's offsets [groups + 1] (as group_by_expert writes them) with
+// no host reading them: group g owns rows offsets[g] .. offsets[g + 1] of A [rows, k] and C [rows, n], and
+// C's rows of g = A's rows of g @ op(B_g), B_g = b + g * b_stride elements, op(B_g) [k, n] (stored [n, k]
+// when trans_b). C's rows from offsets[groups] to `rows` (an upper bound: the tokens) are set to 0.
+// Precision as gemm's.
+ZAYA_OP(grouped_gemm,
+        (Precision precision, Trans trans_b, const int64_t* offsets, int64_t groups, int64_t rows, int64_t n,
+         int64_t k, Operand a, int64_t lda, Operand b, int64_t b_stride, int64_t ldb, float* c, int64_t ldc),
+        (precision, trans_b, offsets, groups, rows, n, k, a, lda, b, b_stride, ldb, c, ldc))
+// Their weights' gradients: c_g [m, n] += A's rows of g^T @ B's rows of g for each group (the same device
+// offsets), A [rows, m], B [rows, n], c_g = c + g * m * n.
+ZAYA_OP(grouped_weight_gradient,
+        (Precision precision, const int64_t* offsets, int64_t groups, int64_t m, int64_t n, Operand a,
+         int64_t lda, Operand b, int64_t ldb, float* c),
+        (precision, offsets, groups, m, n, a, lda, b, ldb, c))
 // dst[i] = bf16(src[i]), round to nearest even (the weights' low-precision copies).
 ZAYA_OP(convert_to_bf16, (const float* src, int64_t count, BFloat16* dst), (src, count, dst))
 // y[rows, n] += bias[n] for every row (ldy = row stride of y).
@@ -215,7 +230,8 @@ ZAYA_OP(router_aux_backward,
          float z_coef, float* dlogits),
         (probs, lse, tokens, routes, route_coef, z_coef, dlogits))
 // A stable grouping of tokens by expert: order[offsets[e] .. offsets[e + 1]) are expert e's tokens in
-// increasing order; skip-routed tokens (choice == experts) are left out. offsets has experts + 1 entries.
+// increasing order, and order[offsets[experts] .. tokens) the skip-routed ones (choice == experts), so that
+// order is a permutation of the tokens. offsets has experts + 1 entries.
 ZAYA_OP(group_by_expert,
         (const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order, int64_t* offsets),
         (choice, tokens, experts, order, offsets))

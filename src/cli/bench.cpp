@@ -237,10 +237,8 @@ void run_step_bench(const StepArgs& args) {
   if (args.peak_tflops > 0) {
     std::printf("MFU against the given peak of %.0f TFLOP/s: %.1f%%\n", args.peak_tflops, 100 * peak_mfu);
   }
-  std::printf(
-      "host reads per forward+backward: %lld (each a wait for the device: the experts' row counts of "
-      "each layer, the step's sums)\n",
-      (long long)host_reads);
+  std::printf("host reads per step (forward+backward): %lld (each a wait for the device: the step's sums)\n",
+              (long long)host_reads);
   if (profile) print_profile(*profile);
 }
 

@@ -50,7 +50,7 @@ struct LayerActivations {
 
   int32_t* order = nullptr;           // [T] token ids grouped by expert (first N used)
   int64_t* offsets = nullptr;         // [E + 1]
-  std::vector<int64_t> host_offsets;  // [E + 1] offsets read to the host (they size the experts' products)
+  std::vector<int64_t> host_offsets;  // [E + 1] read to the host under expert parallelism (its sizes)
   float* gate_up = nullptr;           // [N, 2I] expert gate | up outputs
   float* act = nullptr;               // [N, I] silu(gate) * up
   Operand act_in;                     // act as the products read it

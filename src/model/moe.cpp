@@ -1,6 +1,6 @@
 // The MoE half of a decoder layer (transformers' ZayaRouter, ZayaRouterMLP, ZayaExperts): the router with
-// depth averaging and top-1 choice over experts + skip, then the dropless experts, one matrix product per
-// expert over the tokens routed to it.
+// depth averaging and top-1 choice over experts + skip, then the dropless experts: the tokens grouped by
+// expert, each expert's matrix products over its own rows (grouped products, sized on the device).
 
 #include "backend/ops.h"
 #include "model/layer_activations.h"
@@ -38,35 +38,35 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   ops_.router_statistics(a.probs, a.router_lse, a.choice, T, routes, reinterpret_cast<int64_t*>(sums),
                          sums + routes, sums + 2 * routes, sums + 2 * routes + 1);
 
-  // Experts: group the routed tokens, one SwiGLU per expert, scatter back times the gate. The rows of each
-  // expert size its products, so the offsets are read to the host (once per layer; backward reuses them).
+  // Experts: group the tokens by expert, one SwiGLU per expert, scatter back times the gate.
   ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
-  a.host_offsets.resize(size_t(E + 1));
-  // A recomputed layer routes as its forward pass did: the offsets read then are the same.
-  if (!recomputing_) ops_.read_to_host(a.host_offsets.data(), a.offsets, size_t(E + 1) * sizeof(int64_t));
-  const int64_t routed = a.host_offsets[size_t(E)];
-  float* x = scratch_.alloc<float>(size_t(routed * H));
-  ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
+  const int64_t rows = expert_rows(a, T);
+  float* x = scratch_.alloc<float>(size_t(rows * H));
+  ops_.gather_rows(a.xn2, a.order, nullptr, rows, H, x);
   if (expert_parallel()) {
     experts_forward_parallel(layer, a, x);
   } else {
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, 2 * I, H, 1.0f, x + begin * H, H,
-                m.gate_up.offset(e * 2 * I * H), H, 0.0f, a.gate_up + begin * 2 * I, 2 * I);
-    }
-    ops_.swiglu_forward(a.gate_up, routed, I, a.act);
-    a.act_in =
-        product_input(a.act, routed * I, *moe_arena_, T * I);  // read again by the down weights' gradient
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, a.act_in.offset(begin * I), I,
-                m.down.offset(e * H * I), I, 0.0f, a.y + begin * H, H);
-    }
+    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, 2 * I, H, x, H, m.gate_up, 2 * I * H, H,
+                      a.gate_up, 2 * I);
+    ops_.swiglu_forward(a.gate_up, T, I, a.act);
+    a.act_in = product_input(a.act, T * I, *moe_arena_);  // read again by the down weights' gradient
+    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, H, I, a.act_in, I, m.down, H * I, I, a.y, H);
   }
-  ops_.fill(a.moe, T * H, 0.0f);
-  ops_.scatter_rows(a.y, a.order, a.gate, routed, H, false, a.moe);
+  if (rows < T) ops_.fill(a.moe, T * H, 0.0f);  // the skip-routed tokens' rows, not scattered
+  ops_.scatter_rows(a.y, a.order, a.gate, rows, H, false, a.moe);
   scratch_.rewind(mark);
+}
+
+// The rows the experts' data movement covers: every token on one rank, the skip-routed last in the order
+// with rows of zeros, so that the products size themselves from the offsets on the device and the host
+// reads none. Under expert parallelism the exchange's sizes are the host's to give, so it reads the offsets
+// (once per layer; backward and a recomputed layer, which routes alike, reuse them) and covers the routed.
+int64_t ZayaModel::expert_rows(LayerActivations& a, int64_t tokens) {
+  if (!expert_parallel()) return tokens;
+  const int64_t E = dims_.experts;
+  a.host_offsets.resize(size_t(E + 1));
+  if (!recomputing_) ops_.read_to_host(a.host_offsets.data(), a.offsets, size_t(E + 1) * sizeof(int64_t));
+  return a.host_offsets[size_t(E)];
 }
 
 void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a, const float* d_moe,
@@ -76,48 +76,40 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   LayerWeights& g = g_.layers[size_t(layer)];
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router, E = dims_.experts,
                 I = dims_.intermediate;
-  const int64_t routes = dims_.routes(), routed = a.host_offsets[size_t(E)];
+  const int64_t routes = dims_.routes(), rows = expert_parallel() ? a.host_offsets[size_t(E)] : T;
   const Arena::Mark mark = scratch_.mark();
   auto f = [&](int64_t count) { return scratch_.alloc<float>(size_t(count)); };
 
-  // moe[t] = gate[t] * y[t]: the expert output gets gate * d_moe, the gate gets d_moe . y.
-  float* d_y = f(routed * H);
-  ops_.gather_rows(d_moe, a.order, a.gate, routed, H, d_y);
-  float* d_gate_routed = f(routed);
-  ops_.gather_dot(d_moe, a.order, a.y, routed, H, d_gate_routed);
+  // moe[t] = gate[t] * y[t]: the expert output gets gate * d_moe, the gate gets d_moe . y (0 for the
+  // skip-routed tokens, whose gate and y are 0).
+  float* d_y = f(rows * H);
+  ops_.gather_rows(d_moe, a.order, a.gate, rows, H, d_y);
+  float* d_gate_grouped = f(rows);
+  ops_.gather_dot(d_moe, a.order, a.y, rows, H, d_gate_grouped);
   float* d_gate = f(T);
-  ops_.fill(d_gate, T, 0.0f);
-  ops_.scatter_rows(d_gate_routed, a.order, nullptr, routed, 1, false, d_gate);
+  if (rows < T) ops_.fill(d_gate, T, 0.0f);
+  ops_.scatter_rows(d_gate_grouped, a.order, nullptr, rows, 1, false, d_gate);
 
-  float* d_x = f(routed * H);
+  float* d_x = f(rows * H);
   if (expert_parallel()) {
     experts_backward_parallel(layer, d_y, d_x);
   } else {
-    // d_y and d_gate_up each feed two products per expert.
-    float* d_act = f(routed * I);
-    const Operand d_y_in = product_input(d_y, routed * H, scratch_);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y_in.offset(begin * H), H,
-                m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
-      ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_in.offset(begin * H), H,
-                a.act_in.offset(begin * I), I, 1.0f, g.down + e * H * I, I);
-    }
-    float* d_gate_up = f(routed * 2 * I);
-    ops_.swiglu_backward(a.gate_up, d_act, routed, I, d_gate_up);
-    const Operand d_gate_up_in = product_input(d_gate_up, routed * 2 * I, scratch_);
-    float* x = f(routed * H);
-    ops_.gather_rows(a.xn2, a.order, nullptr, routed, H, x);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = a.host_offsets[size_t(e)], rows = a.host_offsets[size_t(e + 1)] - begin;
-      ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up_in.offset(begin * 2 * I),
-                2 * I, x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
-      ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up_in.offset(begin * 2 * I),
-                2 * I, m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x + begin * H, H);
-    }
+    // d_y and d_gate_up each feed two products.
+    float* d_act = f(T * I);
+    const Operand d_y_in = product_input(d_y, T * H, scratch_);
+    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, I, H, d_y_in, H, m.down, H * I, I, d_act, I);
+    ops_.grouped_weight_gradient(precision_, a.offsets, E, H, I, d_y_in, H, a.act_in, I, g.down);
+    float* d_gate_up = f(T * 2 * I);
+    ops_.swiglu_backward(a.gate_up, d_act, T, I, d_gate_up);
+    const Operand d_gate_up_in = product_input(d_gate_up, T * 2 * I, scratch_);
+    float* x = f(T * H);
+    ops_.gather_rows(a.xn2, a.order, nullptr, T, H, x);
+    ops_.grouped_weight_gradient(precision_, a.offsets, E, 2 * I, H, d_gate_up_in, 2 * I, x, H, g.gate_up);
+    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, H, 2 * I, d_gate_up_in, 2 * I, m.gate_up,
+                      2 * I * H, H, d_x, H);
   }
-  ops_.fill(d_xn2, T * H, 0.0f);
-  ops_.scatter_rows(d_x, a.order, nullptr, routed, H, false, d_xn2);
+  if (rows < T) ops_.fill(d_xn2, T * H, 0.0f);
+  ops_.scatter_rows(d_x, a.order, nullptr, rows, H, false, d_xn2);
 
   // Router, from the gate back to the state.
   float* d_logits = f(T * routes);

@@ -214,9 +214,9 @@ void ZayaModel::allocate_recomputed(int64_t layer, const Batch& batch) {
   if (recompute_ == Recompute::Layer) allocate_rest(a, batch, a.choice, a.rh, recomputed_);
 }
 
-Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena, int64_t capacity) {
+Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena) {
   if (precision_ != Precision::BF16) return x;
-  BFloat16* rounded = arena.alloc<BFloat16>(size_t(std::max(count, capacity)));
+  BFloat16* rounded = arena.alloc<BFloat16>(size_t(count));
   ops_.convert_to_bf16(x, count, rounded);
   return rounded;
 }

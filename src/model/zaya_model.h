@@ -176,12 +176,11 @@ class ZayaModel {
   // The logits [count, vocab] of each prompt's last position in the pass prefill just ran (rows
   // b * longest + lengths[b] - 1 of its final hidden states), in the arena.
   const float* last_logits(const int64_t* lengths, int64_t count, int64_t longest);
+  // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the
+  // products read as it is, without rounding it each), in fp32 x itself.
+  Operand product_input(const float* x, int64_t count, Arena& arena);
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
-  // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the
-  // products read as it is, without rounding it each), in fp32 x itself. `capacity` (>= count) keeps the
-  // activation arena's layout the same every step when count varies (the rows routed to experts).
-  Operand product_input(const float* x, int64_t count, Arena& arena, int64_t capacity = 0);
   void reset_step_sums();
   void read_step_sums(ForwardResult& result);
   // Per layer in step_sums_, from layer_sums_offset: route counts (int64) [routes], probability sums
@@ -204,6 +203,7 @@ class ZayaModel {
   // the experts' ranks (model/expert_parallel.cpp). Backward: from d_y [N, H] (times the gate), the
   // experts' gradients and d_x [N, H].
   bool expert_parallel() const { return expert_group_ != nullptr; }
+  int64_t expert_rows(LayerActivations& a, int64_t tokens);
   void require_experts_reachable() const;  // throws Error for a store of some experts without a group
   void experts_forward_parallel(int layer, LayerActivations& a, const float* x);
   void experts_backward_parallel(int layer, const float* d_y, float* d_x);

@@ -198,5 +198,69 @@ TEST(GpuEmulator, KernelsReachDeviceMemory) {
   release_device(device);
 }
 
+// The matrix units' fragments: between them, the lanes of a warp hold every element of A, B and the
+// accumulator exactly once, each register a pair of neighbours along k; an accumulator row lies in one slot
+// of each of the kMmaRowLanes lanes that hold it.
+TEST(GpuEmulator, MatrixFragmentsCoverTheirTilesOnce) {
+  int a_seen[kMmaTile][kMmaTile] = {}, b_seen[kMmaTile][kMmaTile] = {}, acc_seen[kMmaTile][kMmaTile] = {};
+  for (int l = 0; l < kWarpSize; ++l) {
+    for (int r = 0; r < kMmaRegisters; ++r) {
+      const TilePlace a = mma_a_place(l, r), b = mma_b_place(l, r);
+      ASSERT_EQ(a.col % 2, 0);
+      ASSERT_EQ(b.col % 2, 0);
+      ++a_seen[a.row][a.col];
+      ++a_seen[a.row][a.col + 1];
+      ++b_seen[b.row][b.col];
+      ++b_seen[b.row][b.col + 1];
+    }
+    for (int i = 0; i < kMmaResults; ++i) {
+      const TilePlace c = mma_acc_place(l, i);
+      ++acc_seen[c.row][c.col];
+      // Its row is the one of its slot, shared with the lanes that differ in the low bits alone.
+      ASSERT_EQ(c.row, mma_slot_row(l, mma_acc_slot(i)));
+      ASSERT_EQ(c.row, mma_slot_row(l ^ (kMmaRowLanes - 1), mma_acc_slot(i)));
+      ASSERT_LT(mma_acc_slot(i), kMmaLaneRows);
+    }
+  }
+  for (int i = 0; i < kMmaTile; ++i) {
+    for (int j = 0; j < kMmaTile; ++j) {
+      EXPECT_EQ(a_seen[i][j], 1) << i << ", " << j;
+      EXPECT_EQ(b_seen[i][j], 1) << i << ", " << j;
+      EXPECT_EQ(acc_seen[i][j], 1) << i << ", " << j;
+    }
+  }
+}
+
+// A warp's mma over fragments loaded from a strided tile equals the product summed in order, and adds to
+// what the accumulator held (two k-steps here).
+TEST(GpuEmulator, MatrixUnitsMultiplyTheWarpsTiles) {
+  constexpr int ld = 2 * kMmaTile + 4;  // two k-steps side by side, and padding
+  std::vector<uint16_t> a(kMmaTile * ld), b(kMmaTile * ld);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = bf16_bits(float(int(i * 37 % 23) - 11) / 8.0f);
+    b[i] = bf16_bits(float(int(i * 53 % 19) - 9) / 16.0f);
+  }
+  std::vector<float> result(kMmaTile * kMmaTile, -1.0f);
+  run({1, 1, 1}, {unsigned(kWarpSize), 1, 1}, 0, [&] {
+    MmaAccumulator acc{};
+    for (int k0 = 0; k0 < 2 * kMmaTile; k0 += kMmaTile) {
+      mma(acc, load_mma_a(a.data() + k0, ld), load_mma_b(b.data() + k0, ld));
+    }
+    for (int i = 0; i < kMmaResults; ++i) {
+      const TilePlace p = mma_acc_place(lane(), i);
+      result[size_t(p.row * kMmaTile + p.col)] = acc.values[i];
+    }
+  });
+  for (int m = 0; m < kMmaTile; ++m) {
+    for (int n = 0; n < kMmaTile; ++n) {
+      float expected = 0;
+      for (int k = 0; k < 2 * kMmaTile; ++k) {
+        expected += bf16_value(a[size_t(m * ld + k)]) * bf16_value(b[size_t(n * ld + k)]);
+      }
+      EXPECT_EQ(result[size_t(m * kMmaTile + n)], expected) << m << ", " << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zaya::gpu::emulator

@@ -152,7 +152,7 @@ class GpuRoutingGroups : public GpuOpsTest, public testing::WithParamInterface<G
 TEST_P(GpuRoutingGroups, GroupByExpertIsTheCpusOrder) {
   const GroupCase c = GetParam();
   const auto choice = random_choices(c.tokens, c.experts, 3, uint64_t(12 + c.tokens + c.experts));
-  // Filled alike on both sides: the entries past the routed tokens must be left as they are.
+  // Filled alike on both sides: an entry one backend leaves unwritten shows.
   std::vector<int32_t> order(size_t(c.tokens), -7);
   std::vector<int64_t> offsets(size_t(c.experts + 1), -9);
   DeviceArray<int32_t> gchoice(choice), gorder(order);
@@ -161,6 +161,16 @@ TEST_P(GpuRoutingGroups, GroupByExpertIsTheCpusOrder) {
   gpu().group_by_expert(gchoice.data(), c.tokens, c.experts, gorder.data(), goffsets.data());
   EXPECT_EQ(goffsets.host(), offsets);
   EXPECT_EQ(gorder.host(), order);
+  // A permutation of the tokens: each expert's in increasing order, then the skip-routed ones.
+  for (int64_t g = 0; g <= c.experts; ++g) {
+    const int64_t end = g < c.experts ? offsets[size_t(g + 1)] : c.tokens;
+    for (int64_t i = offsets[size_t(g)]; i < end; ++i) {
+      ASSERT_EQ(choice[size_t(order[size_t(i)])], g) << i;
+      if (i > offsets[size_t(g)]) {
+        ASSERT_LT(order[size_t(i - 1)], order[size_t(i)]) << i;
+      }
+    }
+  }
   if (c.experts > 3) {
     EXPECT_EQ(offsets[3], offsets[4]);  // the empty expert
   }

@@ -548,7 +548,50 @@ TEST(OpsGradient, GroupByExpertIsAStableCountingSort) {
   std::vector<int64_t> offsets(4);
   ops().group_by_expert(choice.data(), int64_t(choice.size()), 3, order.data(), offsets.data());
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 3, 6}));
-  EXPECT_EQ(std::vector<int32_t>(order.begin(), order.begin() + 6), (std::vector<int32_t>{1, 5, 4, 0, 3, 7}));
+  EXPECT_EQ(order, (std::vector<int32_t>{1, 5, 4, 0, 3, 7, 2, 6}));  // the skip-routed last
+}
+
+// The grouped products: each group's rows times its own matrix, the rows past the last group zeroed; their
+// weight gradients each group's A^T B added on. Against sums in double of the (bf16-rounded) operands.
+TEST(OpsGradient, GroupedProductsMultiplyEachGroupByItsMatrix) {
+  const int64_t rows = 11, n = 5, k = 7, groups = 3;
+  const std::vector<int64_t> offsets = {0, 4, 4, 9};  // group 1 empty, rows 9 and 10 past the groups
+  const Vec a = random_vec(size_t(rows * k), 31), b = random_vec(size_t(groups * n * k), 32);
+  const auto group_of = [&](int64_t r) { return r < 4 ? 0 : 2; };
+  for (Precision precision : {Precision::F32, Precision::BF16}) {
+    const auto in = [&](float v) {
+      return double(precision == Precision::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v);
+    };
+    Vec c(size_t(rows * n), 5.0f);  // [rows, n]
+    ops().grouped_gemm(precision, Trans::Yes, offsets.data(), groups, rows, n, k, a.data(), k, b.data(),
+                       n * k, k, c.data(), n);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t i = 0; r < 9 && i < k; ++i) {
+          sum += in(a[size_t(r * k + i)]) * in(b[size_t((group_of(r) * n + j) * k + i)]);
+        }
+        EXPECT_NEAR(c[size_t(r * n + j)], sum, 1e-5 * (1 + std::abs(sum))) << r << ", " << j;
+      }
+    }
+
+    // dw [groups, k, n] += a's rows of g [., k]^T @ c's rows of g [., n]; the empty group's stays.
+    const Vec start = random_vec(size_t(groups * k * n), 33);
+    Vec dw = start;
+    ops().grouped_weight_gradient(precision, offsets.data(), groups, k, n, a.data(), k, c.data(), n,
+                                  dw.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t i = 0; i < k; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = start[size_t((g * k + i) * n + j)];
+          for (int64_t r = offsets[size_t(g)]; r < offsets[size_t(g + 1)]; ++r) {
+            sum += in(a[size_t(r * k + i)]) * in(c[size_t(r * n + j)]);
+          }
+          EXPECT_NEAR(dw[size_t((g * k + i) * n + j)], sum, 1e-5 * (1 + std::abs(sum))) << g << ", " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

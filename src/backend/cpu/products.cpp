@@ -49,6 +49,27 @@ void CpuOps::multiply(const Product& product, Precision precision, ProductSplit 
   });
 }
 
+// The host reads the offsets where they are (host memory): each group is the product gemm computes for it.
+void CpuOps::grouped_gemm(Precision precision, Trans trans_b, const int64_t* offsets, int64_t groups,
+                          int64_t rows, int64_t n, int64_t k, Operand a, int64_t lda, Operand b,
+                          int64_t b_stride, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = offsets[g];
+    gemm(precision, Trans::No, trans_b, offsets[g + 1] - begin, n, k, 1.0f, a.offset(begin * lda), lda,
+         b.offset(g * b_stride), ldb, 0.0f, c + begin * ldc, ldc);
+  }
+  for (int64_t r = offsets[groups]; r < rows; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+}
+
+void CpuOps::grouped_weight_gradient(Precision precision, const int64_t* offsets, int64_t groups, int64_t m,
+                                     int64_t n, Operand a, int64_t lda, Operand b, int64_t ldb, float* c) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = offsets[g];
+    gemm(precision, Trans::Yes, Trans::No, m, n, offsets[g + 1] - begin, 1.0f, a.offset(begin * lda), lda,
+         b.offset(begin * ldb), ldb, 1.0f, c + g * m * n, n);
+  }
+}
+
 bool CpuOps::fast_bf16() const {
   // CPUID leaf 7: AMX-BF16 is EDX bit 22 of sub-leaf 0, AVX512-BF16 EAX bit 5 of sub-leaf 1.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -44,7 +44,7 @@ constexpr size_t kStaticSharedBytes = 64 * 1024;
 // Blocks that run at once, their phases (from one barrier to the next) interleaved.
 constexpr size_t kConcurrentBlocks = 3;
 
-enum class State : uint8_t { Runnable, AtBarrier, AtExchange, Done };
+enum class State : uint8_t { Runnable, AtBarrier, AtExchange, AtGather, Done };
 
 struct Fiber {
   jmp_buf resume;  // where the fiber continues when the scheduler switches to it
@@ -54,6 +54,9 @@ struct Fiber {
   State state = State::Runnable;
   uint64_t exchange_bits = 0;
   int exchange_mask = 0;
+  const void* gather_mine = nullptr;  // a gather's contribution and destination, gather_bytes each lane
+  void* gather_all = nullptr;
+  size_t gather_bytes = 0;
 #if defined(ZAYA_ASAN_FIBERS)
   void* fake_stack = nullptr;
 #endif
@@ -145,33 +148,49 @@ std::string where(const BlockRun& run) {
   return cat("block (", run.block.x, ", ", run.block.y, ", ", run.block.z, ")");
 }
 
-// Performs the exchanges of every warp whose lanes have all arrived; true when one was released.
+// Performs the exchanges and gathers of every warp whose lanes have all arrived; true when one was released.
 bool release_exchanges(BlockRun& run) {
   bool released = false;
   for (size_t first = 0; first < run.count; first += kWarpSize) {
     const size_t lanes = std::min<size_t>(kWarpSize, run.count - first);
-    size_t waiting = 0, done = 0;
+    Fiber* warp = &run.fibers[first];
+    size_t exchanging = 0, gathering = 0, done = 0;
     for (size_t lane = 0; lane < lanes; ++lane) {
-      waiting += run.fibers[first + lane].state == State::AtExchange;
-      done += run.fibers[first + lane].state == State::Done;
+      exchanging += warp[lane].state == State::AtExchange;
+      gathering += warp[lane].state == State::AtGather;
+      done += warp[lane].state == State::Done;
     }
+    const size_t waiting = exchanging + gathering;
     if (waiting == 0 || waiting + done < lanes) continue;
     if (done > 0) {
       throw Error(cat("emulated GPU: a warp exchange in ", where(run), " with lanes that have exited"));
     }
-    uint64_t results[kWarpSize];
-    for (size_t lane = 0; lane < lanes; ++lane) {
-      const size_t source = lane ^ size_t(run.fibers[first + lane].exchange_mask);
-      if (source >= lanes) {
-        throw Error(cat("emulated GPU: a warp exchange in ", where(run), " reads lane ", source,
-                        " of a warp of ", lanes));
+    if (gathering > 0) {
+      for (size_t lane = 0; lane < lanes; ++lane) {
+        if (warp[lane].state != State::AtGather || warp[lane].gather_bytes != warp[0].gather_bytes) {
+          throw Error(
+              cat("emulated GPU: the lanes of a warp in ", where(run), " meet at different exchanges"));
+        }
       }
-      results[lane] = run.fibers[first + source].exchange_bits;
+      const size_t bytes = warp[0].gather_bytes;
+      for (size_t to = 0; to < lanes; ++to) {
+        for (size_t from = 0; from < lanes; ++from) {
+          std::memcpy(static_cast<char*>(warp[to].gather_all) + from * bytes, warp[from].gather_mine, bytes);
+        }
+      }
+    } else {
+      uint64_t results[kWarpSize];
+      for (size_t lane = 0; lane < lanes; ++lane) {
+        const size_t source = lane ^ size_t(warp[lane].exchange_mask);
+        if (source >= lanes) {
+          throw Error(cat("emulated GPU: a warp exchange in ", where(run), " reads lane ", source,
+                          " of a warp of ", lanes));
+        }
+        results[lane] = warp[source].exchange_bits;
+      }
+      for (size_t lane = 0; lane < lanes; ++lane) warp[lane].exchange_bits = results[lane];
     }
-    for (size_t lane = 0; lane < lanes; ++lane) {
-      run.fibers[first + lane].exchange_bits = results[lane];
-      run.fibers[first + lane].state = State::Runnable;
-    }
+    for (size_t lane = 0; lane < lanes; ++lane) warp[lane].state = State::Runnable;
     released = true;
   }
   return released;
@@ -273,6 +292,16 @@ uint64_t exchange_in_warp(uint64_t bits, int lane_mask) {
   self.state = State::AtExchange;
   yield_to_scheduler(run);
   return self.exchange_bits;
+}
+
+void gather_in_warp(const void* mine, size_t bytes, void* all) {
+  BlockRun& run = active();
+  Fiber& self = *run.current;
+  self.gather_mine = mine;
+  self.gather_all = all;
+  self.gather_bytes = bytes;
+  self.state = State::AtGather;
+  yield_to_scheduler(run);
 }
 
 void* dynamic_shared() {

@@ -38,6 +38,9 @@ const Dim3& grid_dim();
 void sync_threads();
 // The 8 bytes of lane (this lane ^ lane_mask), once every lane of the warp has called it.
 uint64_t exchange_in_warp(uint64_t bits, int lane_mask);
+// Every lane's `bytes` at `mine`, lane by lane into all [kWarpSize * bytes], once every lane of the warp has
+// called it with the same size (what a matrix-unit instruction reads of the warp's registers).
+void gather_in_warp(const void* mine, size_t bytes, void* all);
 // The launch's dynamic shared memory, the running block's.
 void* dynamic_shared();
 // The running block's static shared memory for the declaration at `site` (ZAYA_SHARED_ARRAY): the same for

@@ -154,43 +154,45 @@ void router_statistics_totals(StatPartials partials, int64_t chunks, int64_t rou
 }
 
 // ---- grouping by expert --------------------------------------------------------------------------------
-// A stable counting sort in four kernels, with no atomics:
+// A stable counting sort in four kernels, with no atomics, over groups = experts + 1 (the skip route's
+// tokens last, so that order is a permutation of the tokens):
 //   1. group_count: each block takes a tile of kGroupTile tokens, split into warp-wide segments. Lanes of a
-//      warp exchange their experts (shuffle_xor) to find each token's rank among the segment's tokens of the
-//      same expert; a per-expert exclusive scan over the tile's segments turns these into the token's rank in
-//      the tile, and gives the tile's count of each expert, tile_counts[e, tile] (expert-major).
-//   2. scan_tiles: a block per expert scans its row of tile counts (exclusive): where each tile's tokens of
-//      that expert start within the expert's group; the row's total is the expert's size.
-//   3. expert_offsets: one block scans the sizes into offsets [experts + 1] (int64, read by the host).
-//   4. group_scatter: token t of expert e in tile b goes to offsets[e] + tile_start[e, b] + rank[t].
-// Ranks follow token order inside segments, segments inside tiles, tiles inside experts: the CPU's order.
+//      warp exchange their groups (shuffle_xor) to find each token's rank among the segment's tokens of the
+//      same group; a per-group exclusive scan over the tile's segments turns these into the token's rank in
+//      the tile, and gives the tile's count of each group, tile_counts[g, tile] (group-major).
+//   2. scan_tiles: a block per group scans its row of tile counts (exclusive): where each tile's tokens of
+//      that group start within the group; the row's total is the group's size.
+//   3. group_offsets: one block scans the sizes into offsets [groups] (int64: experts + 1 entries, the last
+//      where the skip-routed tokens start).
+//   4. group_scatter: token t of group g in tile b goes to offsets[g] + tile_start[g, b] + rank[t].
+// Ranks follow token order inside segments, segments inside tiles, tiles inside groups: the CPU's order.
 constexpr int kGroupTile = 1024;
 constexpr unsigned kGroupThreads = 256;
 constexpr int kGroupRounds = kGroupTile / int(kGroupThreads);  // segments each warp takes in turn
-// The segment counts live in shared memory, [segments, experts] int32, sized for the narrowest warp (32
+// The segment counts live in shared memory, [segments, groups] int32, sized for the narrowest warp (32
 // lanes, the most segments) so that host and device agree whatever the device's warp width.
 constexpr int kMaxSegments = kGroupTile / 32;
 constexpr size_t kGroupSharedLimit = 48 * 1024;  // what every target gives a launch without opting in
-constexpr int64_t kMaxGroupExperts = int64_t(kGroupSharedLimit / (kMaxSegments * sizeof(int32_t)));
+constexpr int64_t kMaxGroups = int64_t(kGroupSharedLimit / (kMaxSegments * sizeof(int32_t)));
 
 ZAYA_KERNEL(kGroupThreads)
-void group_count_kernel(const int32_t* choice, int64_t tokens, int64_t experts, int64_t tiles, int32_t* rank,
+void group_count_kernel(const int32_t* choice, int64_t tokens, int64_t groups, int64_t tiles, int32_t* rank,
                         int32_t* tile_counts) {
-  int32_t* segment_counts = gpu::dynamic_shared<int32_t>();  // [segments, experts]
+  int32_t* segment_counts = gpu::dynamic_shared<int32_t>();  // [segments, groups]
   const int segments = kGroupTile / kWarpSize;
   const int warps = block_dim_x() / kWarpSize;
   const int64_t first = int64_t(block_x()) * kGroupTile;
-  // A segment without a token of expert e writes nothing for it: zeros first.
-  for (int64_t i = thread_x(); i < segments * experts; i += block_dim_x()) segment_counts[i] = 0;
+  // A segment without a token of group g writes nothing for it: zeros first.
+  for (int64_t i = thread_x(); i < segments * groups; i += block_dim_x()) segment_counts[i] = 0;
   sync_threads();
 
   int32_t segment_rank[kGroupRounds];  // this thread's token's rank in its segment, per round
   for (int round = 0; round < kGroupRounds; ++round) {
     const int segment = round * warps + warp();
     const int64_t t = first + int64_t(segment) * kWarpSize + lane();
-    // -1: no expert (past the last token, skip-routed, or out of range), never counted.
-    const int32_t mine = t < tokens && choice[t] >= 0 && choice[t] < experts ? choice[t] : -1;
-    int32_t before = 0, same = 0;  // lanes of the same expert below this one, and in all
+    // -1: past the last token or out of range, never counted.
+    const int32_t mine = t < tokens && choice[t] >= 0 && choice[t] < groups ? choice[t] : -1;
+    int32_t before = 0, same = 0;  // lanes of the same group below this one, and in all
     for (int mask = 1; mask < kWarpSize; ++mask) {
       const int32_t other = gpu::shuffle_xor(mine, mask);
       if (other == mine) {
@@ -199,28 +201,28 @@ void group_count_kernel(const int32_t* choice, int64_t tokens, int64_t experts, 
       }
     }
     segment_rank[round] = before;
-    // The expert's first lane in the segment holds its count; no two lanes write one place.
-    if (mine >= 0 && before == 0) segment_counts[segment * experts + mine] = same + 1;
+    // The group's first lane in the segment holds its count; no two lanes write one place.
+    if (mine >= 0 && before == 0) segment_counts[segment * groups + mine] = same + 1;
   }
   sync_threads();
 
-  // Per expert, segment counts -> where the segment's tokens start in the tile (exclusive scan).
-  for (int64_t e = thread_x(); e < experts; e += block_dim_x()) {
+  // Per group, segment counts -> where the segment's tokens start in the tile (exclusive scan).
+  for (int64_t g = thread_x(); g < groups; g += block_dim_x()) {
     int32_t running = 0;
     for (int segment = 0; segment < segments; ++segment) {
-      const int32_t count = segment_counts[segment * experts + e];
-      segment_counts[segment * experts + e] = running;
+      const int32_t count = segment_counts[segment * groups + g];
+      segment_counts[segment * groups + g] = running;
       running += count;
     }
-    tile_counts[e * tiles + block_x()] = running;
+    tile_counts[g * tiles + block_x()] = running;
   }
   sync_threads();
 
   for (int round = 0; round < kGroupRounds; ++round) {
     const int segment = round * warps + warp();
     const int64_t t = first + int64_t(segment) * kWarpSize + lane();
-    if (t < tokens && choice[t] >= 0 && choice[t] < experts) {
-      rank[t] = segment_counts[segment * experts + choice[t]] + segment_rank[round];
+    if (t < tokens && choice[t] >= 0 && choice[t] < groups) {
+      rank[t] = segment_counts[segment * groups + choice[t]] + segment_rank[round];
     }
   }
 }
@@ -262,26 +264,25 @@ ZAYA_DEVICE int64_t block_exclusive_scan(const int32_t* in, int64_t n, int64_t c
 }
 
 ZAYA_KERNEL(kGroupThreads)
-void scan_tiles_kernel(int32_t* tile_counts, int64_t tiles, int32_t* expert_sizes) {
-  int32_t* row = tile_counts + int64_t(block_x()) * tiles;  // [tiles] of this block's expert, in place
+void scan_tiles_kernel(int32_t* tile_counts, int64_t tiles, int32_t* group_sizes) {
+  int32_t* row = tile_counts + int64_t(block_x()) * tiles;  // [tiles] of this block's group, in place
   const int64_t total = block_exclusive_scan(row, tiles, 0, row);
-  if (thread_x() == 0) expert_sizes[block_x()] = int32_t(total);
+  if (thread_x() == 0) group_sizes[block_x()] = int32_t(total);
 }
 
 ZAYA_KERNEL(kGroupThreads)
-void expert_offsets_kernel(const int32_t* expert_sizes, int64_t experts, int64_t* offsets) {
-  const int64_t total = block_exclusive_scan(expert_sizes, experts, 0, offsets);
-  if (thread_x() == 0) offsets[experts] = total;
+void group_offsets_kernel(const int32_t* group_sizes, int64_t groups, int64_t* offsets) {
+  block_exclusive_scan(group_sizes, groups, 0, offsets);
 }
 
 ZAYA_KERNEL(gpu::kThreads)
 void group_scatter_kernel(const int32_t* choice, const int32_t* rank, const int32_t* tile_starts,
-                          const int64_t* offsets, int64_t tokens, int64_t experts, int64_t tiles,
+                          const int64_t* offsets, int64_t tokens, int64_t groups, int64_t tiles,
                           int32_t* order) {
   const int64_t t = global_index();
-  if (t >= tokens || choice[t] < 0 || choice[t] >= experts) return;
-  const int64_t e = choice[t];
-  order[offsets[e] + tile_starts[e * tiles + t / kGroupTile] + rank[t]] = int32_t(t);
+  if (t >= tokens || choice[t] < 0 || choice[t] >= groups) return;
+  const int64_t g = choice[t];
+  order[offsets[g] + tile_starts[g * tiles + t / kGroupTile] + rank[t]] = int32_t(t);
 }
 
 // ---- gathering and scattering rows ------------------------------------------------------------------
@@ -398,29 +399,29 @@ void GpuOps::router_aux_backward(const float* probs, const float* lse, int64_t t
 
 void GpuOps::group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
                              int64_t* offsets) {
-  if (experts > kMaxGroupExperts) {
-    throw Error(
-        cat("group_by_expert on the GPU takes at most ", kMaxGroupExperts, " experts, not ", experts));
+  const int64_t groups = experts + 1;  // the skip route's tokens are the last group
+  if (groups > kMaxGroups) {
+    throw Error(cat("group_by_expert on the GPU takes at most ", kMaxGroups - 1, " experts, not ", experts));
   }
   const int64_t tiles = (tokens + kGroupTile - 1) / kGroupTile;
-  // Scratch: rank [tokens], tile_counts [experts, tiles] (scanned in place into tile starts), expert_sizes
-  // [experts]; all int32.
+  // Scratch: rank [tokens], tile_counts [groups, tiles] (scanned in place into tile starts), group_sizes
+  // [groups]; all int32.
   const size_t rank_bytes = aligned8(size_t(tokens) * sizeof(int32_t));
-  const size_t tile_bytes = aligned8(size_t(experts * tiles) * sizeof(int32_t));
-  char* base = reinterpret_cast<char*>(scratch(rank_bytes + tile_bytes + size_t(experts) * sizeof(int32_t)));
+  const size_t tile_bytes = aligned8(size_t(groups * tiles) * sizeof(int32_t));
+  char* base = reinterpret_cast<char*>(scratch(rank_bytes + tile_bytes + size_t(groups) * sizeof(int32_t)));
   int32_t* rank = reinterpret_cast<int32_t*>(base);
   int32_t* tile_counts = reinterpret_cast<int32_t*>(base + rank_bytes);
-  int32_t* expert_sizes = reinterpret_cast<int32_t*>(base + rank_bytes + tile_bytes);
+  int32_t* group_sizes = reinterpret_cast<int32_t*>(base + rank_bytes + tile_bytes);
   const gpu::Stream stream = gpu::as_stream(stream_);
-  const size_t shared_bytes = size_t(kMaxSegments * experts) * sizeof(int32_t);
+  const size_t shared_bytes = size_t(kMaxSegments * groups) * sizeof(int32_t);
   gpu::launch("group_count", group_count_kernel, {unsigned(tiles)}, {kGroupThreads}, shared_bytes, stream,
-              choice, tokens, experts, tiles, rank, tile_counts);
-  gpu::launch("scan_tiles", scan_tiles_kernel, {unsigned(experts)}, {kGroupThreads}, 0, stream, tile_counts,
-              tiles, expert_sizes);
-  gpu::launch("expert_offsets", expert_offsets_kernel, {1}, {kGroupThreads}, 0, stream, expert_sizes, experts,
+              choice, tokens, groups, tiles, rank, tile_counts);
+  gpu::launch("scan_tiles", scan_tiles_kernel, {unsigned(groups)}, {kGroupThreads}, 0, stream, tile_counts,
+              tiles, group_sizes);
+  gpu::launch("group_offsets", group_offsets_kernel, {1}, {kGroupThreads}, 0, stream, group_sizes, groups,
               offsets);
   gpu::launch("group_scatter", group_scatter_kernel, gpu::cover(tokens, gpu::kThreads), {gpu::kThreads}, 0,
-              stream, choice, rank, tile_counts, offsets, tokens, experts, tiles, order);
+              stream, choice, rank, tile_counts, offsets, tokens, groups, tiles, order);
 }
 
 void GpuOps::gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,

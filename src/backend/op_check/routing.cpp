@@ -19,8 +19,9 @@ std::vector<int32_t> random_choices(Call& call, int64_t tokens, int64_t experts)
   return choice;
 }
 
-// The grouping group_by_expert defines: each expert's tokens in increasing order, skip-routed ones left
-// out (so it is the input of the data movement ops whatever the backend's group_by_expert does).
+// The routed part of the grouping group_by_expert defines: each expert's tokens in increasing order, the
+// skip-routed ones (which follow) left out; the input of the data movement ops whatever the backend's
+// group_by_expert does.
 std::vector<int32_t> grouped_order(const std::vector<int32_t>& choice, int64_t experts) {
   std::vector<int32_t> order;
   for (int32_t e = 0; e < int32_t(experts); ++e) {
