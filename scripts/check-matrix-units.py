@@ -16,6 +16,9 @@ import sys
 MATRIX_KERNELS = [
     "grouped_gemm_kernelIt",
     "grouped_weight_gradient_kernelIt",
+    "attention_forward_matrix_kernel",
+    "attention_dq_matrix_kernel",
+    "attention_dkv_matrix_kernel",
 ]
 MATRIX_OPS = re.compile(r"\b(HMMA|HGMMA)\.")
 

@@ -6,11 +6,12 @@ for comparing a first GPU profile op by op. Estimates from shapes, not measureme
 FLOPs are those the code executes (attention's backward computes QK^T again, and dQ in a pass of its own),
 more than the model FLOPs MFU counts (`zaya info`: 6 per parameter and token, and attention's).
 Bytes count what each op reads and writes in device memory as the code does it: activations and their
-gradients in f32 (4 bytes), the products' weights in bf16 (2 bytes) with each bf16 product's operands rounded
-into scratch first (a read of the f32 value and a write of the bf16 copy), attention reading q, k, v once per
-query tile. An op is bound by its arithmetic when its FLOPs take longer at the rate it runs on (the matrix
-units' bf16 rate for cuBLASLt products, the ordinary cores' f32 rate for zaya's own attention kernels) than
-its bytes at the memory's bandwidth.
+gradients in f32 (4 bytes), the products' weights in bf16 (2 bytes) with each cuBLASLt product's operands
+rounded into scratch first (a read of the f32 value and a write of the bf16 copy; the experts' grouped
+products and attention round as they load), attention reading k and v once per tile of queries (q and dO
+once per tile of keys in dK, dV). An op is bound by its arithmetic when its FLOPs take longer at the rate it
+runs on (the matrix units' bf16 rate for cuBLASLt products and zaya's bf16 kernels, the ordinary cores' f32
+rate for the router's f32 products) than its bytes at the memory's bandwidth.
 
 Usage: tools/layer_costs.py [--batch 8] [--seq 4096] [--bf16-tflops 989] [--f32-tflops 67] [--tbps 3.35]
 (the defaults: ZAYA1's sequence length, an H100 SXM's data sheet)
@@ -23,16 +24,17 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 8, 2, 128
 EXPERTS, INTERMEDIATE, ROUTER = 16, 2048, 256
 K0, K1 = 2, 2  # the CCA convolutions' taps
 ROUTED = 1.0  # the share of tokens the router sends to an expert (the skip route takes the rest): at most 1
-QUERY_TILE = 64  # attention.cu's rows per block: k and v are read once per tile of queries
+# attention.cu's bf16 tiles at head_dim 128: the forward's 64 query rows, dQ's 32, dK dV's 32 keys
+FORWARD_TILE, DQ_TILE, DKV_TILE = 64, 32, 32
 
 F32, BF16 = 4, 2
 
 
-def product(m, n, k, a_f32=True):
-    """FLOPs and bytes of C[m, n] = A[m, k] B[k, n]^T with B a bf16 weight: the f32 operand read and rounded
-    into bf16 scratch (read, write, read again), the weight read, C written in f32."""
+def product(m, n, k, rounding_pass=True):
+    """FLOPs and bytes of C[m, n] = A[m, k] B[k, n]^T with B a bf16 weight: the f32 operand read (and, by
+    cuBLASLt, rounded into bf16 scratch first: read, write, read again), the weight read, C written in f32."""
     flops = 2 * m * n * k
-    a = m * k * (F32 + 2 * BF16) if a_f32 else m * k * BF16
+    a = m * k * (F32 + 2 * BF16) if rounding_pass else m * k * F32
     return flops, a + n * k * BF16 + m * n * F32
 
 
@@ -61,18 +63,20 @@ def rows(args):
     # (dV, dP, dS.K -> dQ, dS^T.Q -> dK, and QK^T again), dQ in a pass of its own.
     pairs = args.batch * HEADS * args.seq * (args.seq + 1) / 2
     per_pair = 2 * 2 * HEAD_DIM
-    tiles = args.seq // QUERY_TILE
-    kv_reads = args.batch * KV_HEADS * tiles * (args.seq / 2) * HEAD_DIM * 2 * F32
-    add("attention forward", per_pair * pairs, kv_reads + 3 * T * QD * F32, "f32 cores")
-    add("attention backward", 3.5 * per_pair * pairs, 3 * kv_reads + 6 * T * QD * F32, "f32 cores")
+    def streamed(tile, heads):  # two [seq, head_dim] f32 tensors of each head, half read per tile of rows
+        return args.batch * heads * (args.seq / tile) * (args.seq / 2) * HEAD_DIM * 2 * F32
+
+    add("attention forward", per_pair * pairs, streamed(FORWARD_TILE, KV_HEADS) + 3 * T * QD * F32, "matrix")
+    add("attention backward", 3.5 * per_pair * pairs,
+        streamed(DQ_TILE, KV_HEADS) + streamed(DKV_TILE, HEADS) + 6 * T * QD * F32, "matrix")
     add("norms, residual scaling (2 each)", 3 * 2 * 10 * T * HIDDEN, 3 * 2 * 5 * T * HIDDEN * F32, "vector")
     # The router's products stay f32 (no TF32): on the f32 cores.
     router = 2 * T * (HIDDEN * ROUTER + 2 * ROUTER * ROUTER + ROUTER * (EXPERTS + 1))
     add("router products (f32)", 3 * router, 3 * T * (HIDDEN + 6 * ROUTER) * F32, "f32 cores")
-    # The experts: every routed token through gate|up and down, one product per expert each.
-    f1, b1 = product(int(ROUTED * T), 2 * INTERMEDIATE, HIDDEN)
-    f2, b2 = product(int(ROUTED * T), HIDDEN, INTERMEDIATE)
-    add("experts' products (16 x 2 per pass)", 3 * (f1 + f2),
+    # The experts: every routed token through gate|up and down, a grouped product over all experts each.
+    f1, b1 = product(int(ROUTED * T), 2 * INTERMEDIATE, HIDDEN, rounding_pass=False)
+    f2, b2 = product(int(ROUTED * T), HIDDEN, INTERMEDIATE, rounding_pass=False)
+    add("experts' products (3 grouped per pass)", 3 * (f1 + f2),
         3 * (b1 + b2) + (EXPERTS - 1) * 3 * 3 * HIDDEN * INTERMEDIATE * BF16, "matrix")
     add("SwiGLU, gather, scatter", 3 * 4 * T * INTERMEDIATE, 3 * (4 * T * INTERMEDIATE + 4 * T * HIDDEN) * F32,
         "vector")

@@ -4,8 +4,8 @@
 // rescales partial sums; the CPU normalises first), so outputs agree to a few f32 ulps of the terms summed:
 // 2e-5 absolute / 1e-4 relative for values of order 1 summed over at most a hundred keys and 128
 // dimensions (the largest error seen is 2e-6).
-// bf16: both backends read the same bf16-rounded q, k, v and dO and sum in f32, so the scores, the
-// log-sum-exp and every row statistic keep the f32 bound.
+// bf16 (on the GPU, products on the matrix units): both backends read the same bf16-rounded q, k, v and dO
+// and sum in f32, so the scores, the log-sum-exp and every row statistic keep the f32 bound.
 //   Forward output: the probabilities are rounded at different points (the GPU rounds exp(s - running
 //   max), the CPU the normalised p), each within half a bf16 ulp (2^-9) of the exact value, so each term
 //   p_j v_j may differ by 2^-8 of itself, and o by 2^-8 sum_j p_j |v_j| <= 2^-8 max |v|.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "gpu/gpu_test_util.h"
 
 namespace zaya::test {
@@ -171,31 +172,39 @@ TEST_F(Attention, ManyTilesF32) {
   for (int64_t window : {0, 20, 2}) check(gpu(), cpu(), {1, 100, 2, 1, 40, window, Precision::F32, false});
 }
 
+// bf16 runs on the matrix units' kernels, with tiles of their own (64 rows, or 32 and 16 at head_dim 128):
+// several of them, skipped ones, the tile ranges' edges as above, a head_dim that is not a multiple of 16.
+TEST_F(Attention, ManyTilesBf16) {
+  for (int64_t window : {0, 20, 2}) check(gpu(), cpu(), {1, 100, 2, 1, 40, window, Precision::BF16, false});
+  check(gpu(), cpu(), {1, 100, 4, 2, 128, 0, Precision::BF16, true});
+}
+
 // The widest heads (their own tile shapes).
 TEST_F(Attention, HeadDim128) {
   check(gpu(), cpu(), {2, 37, 2, 1, 128, 0, Precision::BF16, true});
   check(gpu(), cpu(), {1, 37, 2, 2, 128, 9, Precision::F32, false});
 }
 
-// No atomics: the same inputs give the same bits.
+// No atomics: the same inputs give the same bits, on either set of kernels.
 TEST_F(Attention, BackwardRepeatsBitForBit) {
   const AttentionShape shape{1, 37, 4, 1, 32, 0};
   const size_t q_size = size_t(37 * 4 * 32), kv_size = size_t(37 * 32);
   DeviceArray<float> q(random_values(q_size, 1)), k(random_values(kv_size, 2)), v(random_values(kv_size, 3)),
       dout(random_values(q_size, 4)), o(q_size), lse(size_t(4 * 37));
-  gpu().attention_forward(Precision::F32, q.data(), k.data(), v.data(), nullptr, shape, 0.2f, o.data(),
-                          lse.data());
-  std::vector<float> first[3];
-  for (int run = 0; run < 2; ++run) {
-    DeviceArray<float> dq(q_size), dk(kv_size), dv(kv_size);
-    gpu().attention_backward(Precision::F32, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(),
-                             dout.data(), shape, 0.2f, dq.data(), dk.data(), dv.data());
-    if (run == 0) {
-      first[0] = dq.host(), first[1] = dk.host(), first[2] = dv.host();
-    } else {
-      EXPECT_TRUE(close(dq.host(), first[0], 0, 0));
-      EXPECT_TRUE(close(dk.host(), first[1], 0, 0));
-      EXPECT_TRUE(close(dv.host(), first[2], 0, 0));
+  for (Precision precision : {Precision::F32, Precision::BF16}) {
+    gpu().attention_forward(precision, q.data(), k.data(), v.data(), nullptr, shape, 0.2f, o.data(), lse.data());
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      DeviceArray<float> dq(q_size), dk(kv_size), dv(kv_size);
+      gpu().attention_backward(precision, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(),
+                               dout.data(), shape, 0.2f, dq.data(), dk.data(), dv.data());
+      if (run == 0) {
+        first[0] = dq.host(), first[1] = dk.host(), first[2] = dv.host();
+      } else {
+        EXPECT_TRUE(close(dq.host(), first[0], 0, 0)) << precision_name(precision);
+        EXPECT_TRUE(close(dk.host(), first[1], 0, 0)) << precision_name(precision);
+        EXPECT_TRUE(close(dv.host(), first[2], 0, 0)) << precision_name(precision);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // Causal (optionally windowed) GQA softmax attention with key padding, forward, backward and decode, in
-// the manner of FlashAttention-2 but on plain f32 arithmetic (no matrix units: this is the one source for
-// CUDA, HIP and the emulator).
+// the manner of FlashAttention-2, one source for CUDA, HIP and the emulator: in f32 on plain arithmetic, in
+// bf16 with its products on the matrix units (the second set of kernels below, gpu::mma).
 //
 // Forward: a block per (query tile, head, sequence) streams the key tiles its rows can see through shared
 // memory, keeping a running max and a running sum of exp per query row, so the scores of a row never exist
@@ -396,6 +396,336 @@ void attention_dkv_kernel(Problem p, const float* q, const float* k, const float
   }
 }
 
+// ---- bf16 on the matrix units -------------------------------------------------------------------------
+// The same three kernels for Precision::BF16, with every product on the matrix units (gpu::mma): bf16
+// operands, f32 sums, the same rounding points, tiles skipped and sums ordered as above. Operands are staged
+// in shared memory as bf16 with the summed dimension contiguous (gpu::load_mma_a/b read them so), which
+// for P V, dS K, P^T dO and dS^T Q means a transposed copy of V, K, dO and Q. A warp owns kRowTiles 16-row
+// tiles of the block's rows; a row's statistics (max, sum) are exchanged over the kMmaRowLanes lanes that
+// hold it.
+template <int kDim_, int kRows_, int kCols_>
+struct MatrixTiles {
+  static constexpr int kDim = kDim_, kRows = kRows_, kCols = kCols_;
+  static constexpr int kThreads =
+      2 * kRows;  // 16 rows per 32 lanes: one row tile per warp, two per wavefront
+  static constexpr int kRowTiles = kRows / gpu::kMmaTile / (kThreads / gpu::kWarpSize);
+  static constexpr int kColTiles = kCols / gpu::kMmaTile, kDimTiles = kDim / gpu::kMmaTile;
+  static constexpr int kDimPitch = kDim + 8, kColPitch = kCols + 8;  // multiples of 4, off the banks' period
+  static_assert(kRows % gpu::kMmaTile == 0 && kCols % gpu::kMmaTile == 0 && kDim % gpu::kMmaTile == 0);
+  static_assert(kRowTiles >= 1 && kThreads % 64 == 0);
+};
+
+// Shapes by the widest head_dim they hold, each kernel's shared memory within 48 KiB (asserted there).
+using MatrixForward64 = MatrixTiles<64, 64, 64>;    // 128 threads, 36 KiB
+using MatrixForward128 = MatrixTiles<128, 64, 32>;  // 128 threads, 41 KiB
+using MatrixDq64 = MatrixTiles<64, 64, 32>;         // 128 threads, 37 KiB
+using MatrixDq128 = MatrixTiles<128, 32, 32>;       // 64 threads, 47 KiB
+using MatrixDkv64 = MatrixTiles<64, 64, 32>;        // 128 threads, 47 KiB
+using MatrixDkv128 = MatrixTiles<128, 32, 16>;      // 64 threads, 41 KiB
+
+using Sums = gpu::MmaAccumulator;
+
+// tile[r * pitch + c] = bf16(src[r * stride + c]) for r < rows, c < cols, and 0 over the rest of the
+// [tile_rows, tile_cols] tile; transposed: tile[c * pitch + r].
+template <bool kTransposed, int kThreads>
+ZAYA_DEVICE void stage_bf16(uint16_t* tile, int pitch, int tile_rows, int tile_cols, const float* src,
+                            int64_t stride, int64_t rows, int cols) {
+  for (int index = thread_x(); index < tile_rows * tile_cols; index += kThreads) {
+    const int r = index / tile_cols, c = index % tile_cols;
+    const uint16_t value = r < rows && c < cols ? gpu::bf16_bits(src[r * stride + c]) : uint16_t(0);
+    tile[kTransposed ? c * pitch + r : r * pitch + c] = value;
+  }
+}
+
+// sums[t][u] += A[row0 + 16 t.., 0..depth) B[16 u.., 0..depth)^T: this warp's row tiles of A against every
+// column tile of B, both bf16 tiles with the summed dimension contiguous.
+template <int kRowTiles, int kColTiles>
+ZAYA_DEVICE void warp_product(Sums (&sums)[kRowTiles][kColTiles], const uint16_t* a, int lda, int row0,
+                              const uint16_t* b, int ldb, int depth) {
+  for (int k0 = 0; k0 < depth; k0 += gpu::kMmaTile) {
+    gpu::MmaFragment fa[kRowTiles];
+    for (int t = 0; t < kRowTiles; ++t)
+      fa[t] = gpu::load_mma_a(a + (row0 + t * gpu::kMmaTile) * lda + k0, lda);
+    for (int u = 0; u < kColTiles; ++u) {
+      const gpu::MmaFragment fb = gpu::load_mma_b(b + u * gpu::kMmaTile * ldb + k0, ldb);
+      for (int t = 0; t < kRowTiles; ++t) gpu::mma(sums[t][u], fa[t], fb);
+    }
+  }
+}
+
+// The max and the sum of a row over the lanes that hold it.
+ZAYA_DEVICE float mma_row_max(float value) {
+  for (int mask = 1; mask < gpu::kMmaRowLanes; mask *= 2) value = fmaxf(value, gpu::shuffle_xor(value, mask));
+  return value;
+}
+ZAYA_DEVICE float mma_row_sum(float value) {
+  for (int mask = 1; mask < gpu::kMmaRowLanes; mask *= 2) value += gpu::shuffle_xor(value, mask);
+  return value;
+}
+
+// Where this lane's element i of the tile sums[t][u] lies in the block's rows and the streamed tile.
+ZAYA_DEVICE gpu::TilePlace tile_place(int row0, int t, int u, int i) {
+  const gpu::TilePlace p = gpu::mma_acc_place(gpu::lane(), i);
+  return {row0 + t * gpu::kMmaTile + p.row, u * gpu::kMmaTile + p.col};
+}
+
+// Grid (query tiles, heads, batch), as attention_forward_kernel.
+template <class T>
+ZAYA_KERNEL(T::kThreads)
+void attention_forward_matrix_kernel(Problem p, const float* q, const float* k, const float* v, float* o,
+                                     float* lse) {
+  constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles, LR = gpu::kMmaLaneRows;
+  static_assert(sizeof(uint16_t) * (T::kRows * T::kDimPitch + T::kCols * T::kDimPitch +
+                                    T::kDim * T::kColPitch + T::kRows * T::kColPitch) <=
+                kSharedLimit);
+  ZAYA_SHARED_ARRAY(q_tile, uint16_t[T::kRows * T::kDimPitch]);  // [query, d]
+  ZAYA_SHARED_ARRAY(k_tile, uint16_t[T::kCols * T::kDimPitch]);  // [key, d]
+  ZAYA_SHARED_ARRAY(vt_tile, uint16_t[T::kDim * T::kColPitch]);  // [d, key]
+  ZAYA_SHARED_ARRAY(p_tile, uint16_t[T::kRows * T::kColPitch]);  // [query, key]: exp(score - running max)
+  const int64_t b = block_z(), i0 = int64_t(block_x()) * T::kRows;
+  const int h = block_y(), g = p.group_of(h), row0 = gpu::warp() * RT * gpu::kMmaTile;
+  const int64_t rows = smaller(T::kRows, p.seq - i0), kv_stride = int64_t(p.kv_heads) * p.dim;
+  stage_bf16<false, T::kThreads>(q_tile, T::kDimPitch, T::kRows, T::kDim, q + p.at(b, i0, p.heads, h),
+                                 int64_t(p.heads) * p.dim, rows, p.dim);
+  // Per row slot: the max so far, this lane's part of the sum of exp(score - max); the unnormalised output.
+  float row_max_so_far[RT][LR], partial_sum[RT][LR];
+  Sums acc[RT][DT] = {};
+  for (int t = 0; t < RT; ++t) {
+    for (int r = 0; r < LR; ++r) row_max_so_far[t][r] = -INFINITY, partial_sum[t][r] = 0.0f;
+  }
+
+  const int64_t last = i0 + rows;
+  for (int64_t j0 = p.first_key(i0) / T::kCols * T::kCols; j0 < last; j0 += T::kCols) {
+    const int64_t keys = smaller(T::kCols, p.seq - j0);
+    const float* k_src = k + p.at(b, j0, p.kv_heads, g);
+    const float* v_src = v + p.at(b, j0, p.kv_heads, g);
+    sync_threads();  // the previous tile's keys, values and probabilities have been read
+    stage_bf16<false, T::kThreads>(k_tile, T::kDimPitch, T::kCols, T::kDim, k_src, kv_stride, keys, p.dim);
+    stage_bf16<true, T::kThreads>(vt_tile, T::kColPitch, T::kCols, T::kDim, v_src, kv_stride, keys, p.dim);
+    sync_threads();
+    Sums s[RT][CT] = {};
+    warp_product(s, q_tile, T::kDimPitch, row0, k_tile, T::kDimPitch, T::kDim);
+    float tile_max[RT][LR];
+    for (int t = 0; t < RT; ++t) {
+      for (int r = 0; r < LR; ++r) tile_max[t][r] = -INFINITY;
+      for (int u = 0; u < CT; ++u) {
+        for (int i = 0; i < gpu::kMmaResults; ++i) {
+          const gpu::TilePlace at = tile_place(row0, t, u, i);
+          float& score = s[t][u].values[i];
+          score = p.visible(b, i0 + at.row, j0 + at.col) ? p.scale * score : -INFINITY;
+          tile_max[t][gpu::mma_acc_slot(i)] = fmaxf(tile_max[t][gpu::mma_acc_slot(i)], score);
+        }
+      }
+    }
+    float rescale[RT][LR];
+    for (int t = 0; t < RT; ++t) {
+      for (int r = 0; r < LR; ++r) {
+        const float new_max = fmaxf(row_max_so_far[t][r], mma_row_max(tile_max[t][r]));
+        // A row that has seen no visible key yet keeps max -inf and sums 0 (exp(-inf - -inf) is NaN).
+        rescale[t][r] = new_max == -INFINITY ? 1.0f : expf(row_max_so_far[t][r] - new_max);
+        partial_sum[t][r] *= rescale[t][r];
+        row_max_so_far[t][r] = new_max;
+      }
+      for (int u = 0; u < CT; ++u) {
+        for (int i = 0; i < gpu::kMmaResults; ++i) {
+          const int r = gpu::mma_acc_slot(i);
+          const float score = s[t][u].values[i];
+          const float e = score == -INFINITY ? 0.0f : expf(score - row_max_so_far[t][r]);
+          partial_sum[t][r] += e;  // the normaliser sums the unrounded values, as the CPU's does
+          const gpu::TilePlace at = tile_place(row0, t, u, i);
+          p_tile[at.row * T::kColPitch + at.col] = gpu::bf16_bits(e);
+        }
+      }
+      for (int d = 0; d < DT; ++d) {
+        for (int i = 0; i < gpu::kMmaResults; ++i) acc[t][d].values[i] *= rescale[t][gpu::mma_acc_slot(i)];
+      }
+    }
+    sync_threads();  // the lanes of a warp read each other's probabilities
+    warp_product(acc, p_tile, T::kColPitch, row0, vt_tile, T::kColPitch, T::kCols);
+  }
+
+  for (int t = 0; t < RT; ++t) {
+    float inv[LR];
+    for (int r = 0; r < LR; ++r) {
+      const float sum = mma_row_sum(partial_sum[t][r]);
+      const int64_t i = i0 + row0 + t * gpu::kMmaTile + gpu::mma_slot_row(gpu::lane(), r);
+      // A row that sees no key at all: lse -inf and output 0.
+      const bool empty = row_max_so_far[t][r] == -INFINITY;
+      inv[r] = empty ? 0.0f : 1.0f / sum;
+      if (i < p.seq && gpu::lane() % gpu::kMmaRowLanes == 0)
+        lse[(b * p.heads + h) * p.seq + i] = empty ? -INFINITY : row_max_so_far[t][r] + logf(sum);
+    }
+    for (int d = 0; d < DT; ++d) {
+      for (int i = 0; i < gpu::kMmaResults; ++i) {
+        const gpu::TilePlace at = tile_place(row0, t, d, i);
+        if (i0 + at.row < p.seq && at.col < p.dim)
+          o[p.at(b, i0 + at.row, p.heads, h) + at.col] = acc[t][d].values[i] * inv[gpu::mma_acc_slot(i)];
+      }
+    }
+  }
+}
+
+// dQ as attention_dq_kernel. Grid (query tiles, heads, batch).
+template <class T>
+ZAYA_KERNEL(T::kThreads)
+void attention_dq_matrix_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
+                                const float* row_dot, const float* dout, float* dq) {
+  constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles, LR = gpu::kMmaLaneRows;
+  static_assert(sizeof(uint16_t) * (2 * T::kRows * T::kDimPitch + 2 * T::kCols * T::kDimPitch +
+                                    T::kDim * T::kColPitch + T::kRows * T::kColPitch) <=
+                kSharedLimit);
+  ZAYA_SHARED_ARRAY(q_tile, uint16_t[T::kRows * T::kDimPitch]);   // [query, d]
+  ZAYA_SHARED_ARRAY(do_tile, uint16_t[T::kRows * T::kDimPitch]);  // [query, d]
+  ZAYA_SHARED_ARRAY(k_tile, uint16_t[T::kCols * T::kDimPitch]);   // [key, d]
+  ZAYA_SHARED_ARRAY(v_tile, uint16_t[T::kCols * T::kDimPitch]);   // [key, d]
+  ZAYA_SHARED_ARRAY(kt_tile, uint16_t[T::kDim * T::kColPitch]);   // [d, key]
+  ZAYA_SHARED_ARRAY(ds_tile, uint16_t[T::kRows * T::kColPitch]);  // [query, key]
+  const int64_t b = block_z(), i0 = int64_t(block_x()) * T::kRows;
+  const int h = block_y(), g = p.group_of(h), row0 = gpu::warp() * RT * gpu::kMmaTile;
+  const int64_t rows = smaller(T::kRows, p.seq - i0), q_stride = int64_t(p.heads) * p.dim;
+  const int64_t kv_stride = int64_t(p.kv_heads) * p.dim;
+  stage_bf16<false, T::kThreads>(q_tile, T::kDimPitch, T::kRows, T::kDim, q + p.at(b, i0, p.heads, h),
+                                 q_stride, rows, p.dim);
+  stage_bf16<false, T::kThreads>(do_tile, T::kDimPitch, T::kRows, T::kDim, dout + p.at(b, i0, p.heads, h),
+                                 q_stride, rows, p.dim);
+  float row_lse[RT][LR], delta[RT][LR];
+  for (int t = 0; t < RT; ++t) {
+    for (int r = 0; r < LR; ++r) {
+      const int64_t i = i0 + row0 + t * gpu::kMmaTile + gpu::mma_slot_row(gpu::lane(), r);
+      row_lse[t][r] = i < p.seq ? lse[(b * p.heads + h) * p.seq + i] : -INFINITY;
+      delta[t][r] = i < p.seq ? row_dot[(b * p.heads + h) * p.seq + i] : 0.0f;
+    }
+  }
+  Sums acc[RT][DT] = {};
+
+  const int64_t last = i0 + rows;
+  for (int64_t j0 = p.first_key(i0) / T::kCols * T::kCols; j0 < last; j0 += T::kCols) {
+    const int64_t keys = smaller(T::kCols, p.seq - j0);
+    const float* k_src = k + p.at(b, j0, p.kv_heads, g);
+    sync_threads();  // the previous tile's keys, values and dS have been read
+    stage_bf16<false, T::kThreads>(k_tile, T::kDimPitch, T::kCols, T::kDim, k_src, kv_stride, keys, p.dim);
+    stage_bf16<false, T::kThreads>(v_tile, T::kDimPitch, T::kCols, T::kDim, v + p.at(b, j0, p.kv_heads, g),
+                                   kv_stride, keys, p.dim);
+    stage_bf16<true, T::kThreads>(kt_tile, T::kColPitch, T::kCols, T::kDim, k_src, kv_stride, keys, p.dim);
+    sync_threads();
+    Sums s[RT][CT] = {}, dp[RT][CT] = {};
+    warp_product(s, q_tile, T::kDimPitch, row0, k_tile, T::kDimPitch, T::kDim);
+    warp_product(dp, do_tile, T::kDimPitch, row0, v_tile, T::kDimPitch, T::kDim);
+    ZAYA_UNROLL for (int t = 0; t < RT; ++t) {
+      ZAYA_UNROLL for (int u = 0; u < CT; ++u) {
+        ZAYA_UNROLL for (int i = 0; i < gpu::kMmaResults; ++i) {
+          const gpu::TilePlace at = tile_place(row0, t, u, i);
+          const int r = gpu::mma_acc_slot(i);
+          // P = exp(score - lse), 0 where masked and in a row that sees no key (lse -inf).
+          const bool seen = row_lse[t][r] != -INFINITY && p.visible(b, i0 + at.row, j0 + at.col);
+          const float prob = seen ? expf(p.scale * s[t][u].values[i] - row_lse[t][r]) : 0.0f;
+          ds_tile[at.row * T::kColPitch + at.col] = gpu::bf16_bits(prob * (dp[t][u].values[i] - delta[t][r]));
+        }
+      }
+    }
+    sync_threads();
+    warp_product(acc, ds_tile, T::kColPitch, row0, kt_tile, T::kColPitch, T::kCols);
+  }
+
+  for (int t = 0; t < RT; ++t) {
+    for (int d = 0; d < DT; ++d) {
+      for (int i = 0; i < gpu::kMmaResults; ++i) {
+        const gpu::TilePlace at = tile_place(row0, t, d, i);
+        if (i0 + at.row < p.seq && at.col < p.dim)
+          dq[p.at(b, i0 + at.row, p.heads, h) + at.col] = p.scale * acc[t][d].values[i];
+      }
+    }
+  }
+}
+
+// dK and dV as attention_dkv_kernel: the block's rows are keys, its streamed tiles queries of every head of
+// the group in order. Grid (key tiles, KV heads, batch).
+template <class T>
+ZAYA_KERNEL(T::kThreads)
+void attention_dkv_matrix_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
+                                 const float* row_dot, const float* dout, float* dk, float* dv) {
+  constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles;
+  static_assert(sizeof(uint16_t) * (2 * T::kRows * T::kDimPitch + 2 * T::kCols * T::kDimPitch +
+                                    2 * T::kDim * T::kColPitch + 2 * T::kRows * T::kColPitch) +
+                    2 * sizeof(float) * T::kCols <=
+                kSharedLimit);
+  ZAYA_SHARED_ARRAY(k_tile, uint16_t[T::kRows * T::kDimPitch]);    // [key, d]
+  ZAYA_SHARED_ARRAY(v_tile, uint16_t[T::kRows * T::kDimPitch]);    // [key, d]
+  ZAYA_SHARED_ARRAY(q_tile, uint16_t[T::kCols * T::kDimPitch]);    // [query, d]
+  ZAYA_SHARED_ARRAY(do_tile, uint16_t[T::kCols * T::kDimPitch]);   // [query, d]
+  ZAYA_SHARED_ARRAY(qt_tile, uint16_t[T::kDim * T::kColPitch]);    // [d, query]
+  ZAYA_SHARED_ARRAY(dot_tile, uint16_t[T::kDim * T::kColPitch]);   // [d, query]
+  ZAYA_SHARED_ARRAY(pt_tile, uint16_t[T::kRows * T::kColPitch]);   // [key, query]: P^T
+  ZAYA_SHARED_ARRAY(dst_tile, uint16_t[T::kRows * T::kColPitch]);  // [key, query]: dS^T
+  ZAYA_SHARED_ARRAY(query_lse, float[T::kCols]);
+  ZAYA_SHARED_ARRAY(query_delta, float[T::kCols]);
+  const int64_t b = block_z(), j0 = int64_t(block_x()) * T::kRows;
+  const int g = block_y(), groups = p.heads / p.kv_heads, row0 = gpu::warp() * RT * gpu::kMmaTile;
+  const int64_t keys = smaller(T::kRows, p.seq - j0), q_stride = int64_t(p.heads) * p.dim;
+  const int64_t kv_stride = int64_t(p.kv_heads) * p.dim;
+  stage_bf16<false, T::kThreads>(k_tile, T::kDimPitch, T::kRows, T::kDim, k + p.at(b, j0, p.kv_heads, g),
+                                 kv_stride, keys, p.dim);
+  stage_bf16<false, T::kThreads>(v_tile, T::kDimPitch, T::kRows, T::kDim, v + p.at(b, j0, p.kv_heads, g),
+                                 kv_stride, keys, p.dim);
+  Sums dk_acc[RT][DT] = {}, dv_acc[RT][DT] = {};
+
+  // The queries that see a key of this tile: from its first key to the last one the window reaches.
+  const int64_t end = p.window > 0 ? smaller(p.seq, j0 + keys - 1 + p.window) : p.seq;
+  for (int h = g * groups; h < (g + 1) * groups; ++h) {
+    const float* head_lse = lse + (b * p.heads + h) * p.seq;
+    const float* head_dot = row_dot + (b * p.heads + h) * p.seq;
+    for (int64_t i0 = j0 / T::kCols * T::kCols; i0 < end; i0 += T::kCols) {
+      const int64_t queries = smaller(T::kCols, p.seq - i0);
+      const float* q_src = q + p.at(b, i0, p.heads, h);
+      const float* do_src = dout + p.at(b, i0, p.heads, h);
+      sync_threads();  // the previous tile's queries, output gradients and P, dS have been read
+      stage_bf16<false, T::kThreads>(q_tile, T::kDimPitch, T::kCols, T::kDim, q_src, q_stride, queries,
+                                     p.dim);
+      stage_bf16<false, T::kThreads>(do_tile, T::kDimPitch, T::kCols, T::kDim, do_src, q_stride, queries,
+                                     p.dim);
+      stage_bf16<true, T::kThreads>(qt_tile, T::kColPitch, T::kCols, T::kDim, q_src, q_stride, queries,
+                                    p.dim);
+      stage_bf16<true, T::kThreads>(dot_tile, T::kColPitch, T::kCols, T::kDim, do_src, q_stride, queries,
+                                    p.dim);
+      for (int c = thread_x(); c < T::kCols; c += T::kThreads) {
+        query_lse[c] = c < queries ? head_lse[i0 + c] : -INFINITY;
+        query_delta[c] = c < queries ? head_dot[i0 + c] : 0.0f;
+      }
+      sync_threads();
+      Sums st[RT][CT] = {}, dpt[RT][CT] = {};
+      warp_product(st, k_tile, T::kDimPitch, row0, q_tile, T::kDimPitch, T::kDim);
+      warp_product(dpt, v_tile, T::kDimPitch, row0, do_tile, T::kDimPitch, T::kDim);
+      ZAYA_UNROLL for (int t = 0; t < RT; ++t) {
+        ZAYA_UNROLL for (int u = 0; u < CT; ++u) {
+          ZAYA_UNROLL for (int i = 0; i < gpu::kMmaResults; ++i) {
+            const gpu::TilePlace at = tile_place(row0, t, u, i);  // row: a key, col: a query
+            const float row_lse = query_lse[at.col];
+            const bool seen = row_lse != -INFINITY && p.visible(b, i0 + at.col, j0 + at.row);
+            const float prob = seen ? expf(p.scale * st[t][u].values[i] - row_lse) : 0.0f;
+            pt_tile[at.row * T::kColPitch + at.col] = gpu::bf16_bits(prob);
+            dst_tile[at.row * T::kColPitch + at.col] =
+                gpu::bf16_bits(prob * (dpt[t][u].values[i] - query_delta[at.col]));
+          }
+        }
+      }
+      sync_threads();
+      warp_product(dv_acc, pt_tile, T::kColPitch, row0, dot_tile, T::kColPitch, T::kCols);
+      warp_product(dk_acc, dst_tile, T::kColPitch, row0, qt_tile, T::kColPitch, T::kCols);
+    }
+  }
+
+  for (int t = 0; t < RT; ++t) {
+    for (int d = 0; d < DT; ++d) {
+      for (int i = 0; i < gpu::kMmaResults; ++i) {
+        const gpu::TilePlace at = tile_place(row0, t, d, i);
+        if (j0 + at.row >= p.seq || at.col >= p.dim) continue;
+        dk[p.at(b, j0 + at.row, p.kv_heads, g) + at.col] = p.scale * dk_acc[t][d].values[i];
+        dv[p.at(b, j0 + at.row, p.kv_heads, g) + at.col] = dv_acc[t][d].values[i];
+      }
+    }
+  }
+}
+
 // ---- decode ------------------------------------------------------------------------------------------
 constexpr unsigned kDecodeThreads = 256;
 constexpr int kDecodeColumns = 32;  // output dimensions a pass of the value sum covers
@@ -484,6 +814,14 @@ void forward(const Problem& p, int64_t batch, const float* q, const float* k, co
               v, o, lse);
 }
 
+template <class T>
+void forward_matrix(const Problem& p, int64_t batch, const float* q, const float* k, const float* v, float* o,
+                    float* lse, gpu::Stream stream) {
+  gpu::launch("attention_forward_matrix", attention_forward_matrix_kernel<T>,
+              {tiles(p.seq, T::kRows), unsigned(p.heads), unsigned(batch)}, {T::kThreads}, 0, stream, p, q, k,
+              v, o, lse);
+}
+
 template <class Dq, class Dkv>
 void backward(const Problem& p, int64_t batch, const float* q, const float* k, const float* v,
               const float* lse, const float* row_dot, const float* dout, float* dq, float* dk, float* dv,
@@ -497,6 +835,19 @@ void backward(const Problem& p, int64_t batch, const float* q, const float* k, c
               p, q, k, v, lse, row_dot, dout, dk, dv);
 }
 
+template <class Dq, class Dkv>
+void backward_matrix(const Problem& p, int64_t batch, const float* q, const float* k, const float* v,
+                     const float* lse, const float* row_dot, const float* dout, float* dq, float* dk,
+                     float* dv, gpu::Stream stream) {
+  static_assert(Dq::kDim == Dkv::kDim);
+  gpu::launch("attention_dq_matrix", attention_dq_matrix_kernel<Dq>,
+              {tiles(p.seq, Dq::kRows), unsigned(p.heads), unsigned(batch)}, {Dq::kThreads}, 0, stream, p, q,
+              k, v, lse, row_dot, dout, dq);
+  gpu::launch("attention_dkv_matrix", attention_dkv_matrix_kernel<Dkv>,
+              {tiles(p.seq, Dkv::kRows), unsigned(p.kv_heads), unsigned(batch)}, {Dkv::kThreads}, 0, stream,
+              p, q, k, v, lse, row_dot, dout, dk, dv);
+}
+
 }  // namespace
 
 void GpuOps::attention_forward(Precision precision, const float* q, const float* k, const float* v,
@@ -505,10 +856,12 @@ void GpuOps::attention_forward(Precision precision, const float* q, const float*
   const Problem p = make_problem(precision, key_mask, shape, scale, "attention_forward");
   if (shape.batch == 0 || shape.seq == 0) return;
   const gpu::Stream stream = gpu::as_stream(stream_);
-  if (p.dim <= Forward64::kDim) {
-    forward<Forward64>(p, shape.batch, q, k, v, o, lse, stream);
+  const bool wide = p.dim > Forward64::kDim;
+  if (p.bf16) {
+    (wide ? forward_matrix<MatrixForward128> : forward_matrix<MatrixForward64>)(p, shape.batch, q, k, v, o,
+                                                                                lse, stream);
   } else {
-    forward<Forward128>(p, shape.batch, q, k, v, o, lse, stream);
+    (wide ? forward<Forward128> : forward<Forward64>)(p, shape.batch, q, k, v, o, lse, stream);
   }
 }
 
@@ -522,10 +875,14 @@ void GpuOps::attention_backward(Precision precision, const float* q, const float
   float* row_dot = scratch(size_t(rows) * sizeof(float));  // [B, H, S]
   gpu::launch("attention_row_dot", attention_row_dot_kernel, gpu::cover(rows, kRowDotThreads / kLanes),
               {kRowDotThreads}, 0, stream, p, rows, o, dout, row_dot);
-  if (p.dim <= Dq64::kDim) {
-    backward<Dq64, Dkv64>(p, shape.batch, q, k, v, lse, row_dot, dout, dq, dk, dv, stream);
+  const bool wide = p.dim > Dq64::kDim;
+  if (p.bf16) {
+    (wide ? backward_matrix<MatrixDq128, MatrixDkv128>
+          : backward_matrix<MatrixDq64, MatrixDkv64>)(p, shape.batch, q, k, v, lse, row_dot, dout, dq, dk, dv,
+                                                      stream);
   } else {
-    backward<Dq128, Dkv128>(p, shape.batch, q, k, v, lse, row_dot, dout, dq, dk, dv, stream);
+    (wide ? backward<Dq128, Dkv128> : backward<Dq64, Dkv64>)(p, shape.batch, q, k, v, lse, row_dot, dout, dq,
+                                                             dk, dv, stream);
   }
 }
 
