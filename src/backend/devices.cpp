@@ -26,15 +26,14 @@ void register_gpu_backend(const GpuBackend& backend) {
     registered().reset();
 }
 
-Device select_device(const std::string& setting, const char* field, const char* host_only_work,
-                     int local_rank) {
+Device select_device(const std::string& setting, const char* field, int local_rank) {
   if (!is_device_name(setting)) {
     throw Error("expected \"auto\", \"cpu\", \"cuda\" or \"hip\", got \"" + setting + "\"").field(field);
   }
   const std::optional<GpuBackend>& gpu = registered();
   const Device cpu{"cpu", "cpu", &cpu_ops(), int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE)};
   const bool automatic = setting == "auto";
-  if (setting == "cpu" || (automatic && (!gpu || host_only_work))) return cpu;
+  if (setting == "cpu" || (automatic && !gpu)) return cpu;
   if (!automatic && (!gpu || setting != gpu->language)) {
     throw Error(cat("this zaya was built ",
                     gpu ? cat("with the ", gpu->language, " GPU backend, not ", setting)
@@ -50,11 +49,6 @@ Device select_device(const std::string& setting, const char* field, const char* 
   if (count == 0) {
     if (automatic) return cpu;
     throw Error(cat("no ", setting, " device is present on this machine")).field(field);
-  }
-  if (host_only_work) {
-    throw Error(cat("the ", setting, " backend cannot run ", host_only_work,
-                    " yet (only the CPU backend has it): choose cpu"))
-        .field(field);
   }
   const int index = local_rank % count;
   gpu->use_device(index);

@@ -44,12 +44,9 @@ struct Device {
 
 // "cpu", a GPU language ("cuda", "hip", "emulated") or "auto" (the GPU where this program has a backend and
 // the machine a device, else the CPU). Throws Error naming `field` when the device asked for is not here.
-// `host_only_work`, when given, names what the command runs that only the CPU backend has yet (say,
-// "incremental decoding"): "auto" then takes the CPU, and a GPU asked for by name is refused with an
-// error naming that work, never quietly replaced by the CPU. `local_rank`: this process's place among the
-// ranks on its machine, which takes the machine's (local_rank mod count)-th GPU.
-Device select_device(const std::string& setting, const char* field, const char* host_only_work = nullptr,
-                     int local_rank = 0);
+// `local_rank`: this process's place among the ranks on its machine, which takes the machine's
+// (local_rank mod count)-th GPU.
+Device select_device(const std::string& setting, const char* field, int local_rank = 0);
 
 // The device collectives of a run on `device` over host's ranks (collective). setting: "mpi" (the host's own
 // collectives on the CPU, the staged ones on a GPU: dist/device_communicator.h), "nccl" (NCCL on CUDA, RCCL

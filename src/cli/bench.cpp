@@ -270,7 +270,7 @@ DecodeSeconds time_decode(ZayaModel& model, const ModelDims& dims, const DecodeA
   std::vector<int64_t> lengths(size_t(count), args.prompt);
   caches.reserve(size_t(count));
   for (int64_t b = 0; b < count; ++b) {
-    caches.push_back(make_decode_cache(dims, args.prompt + args.new_tokens));
+    caches.push_back(make_decode_cache(dims, args.prompt + args.new_tokens, model.ops().memory()));
     cache_ptrs.push_back(&caches.back());
     starts.push_back(prompts.data() + b * args.prompt);
   }
@@ -295,7 +295,7 @@ DecodeSeconds time_decode(ZayaModel& model, const ModelDims& dims, const DecodeA
 // Decode tokens/s of one sequence and of `batch` together, alternated run by run (the same machine state
 // for both), each after an untimed warm-up run; then optionally a profiled batched run.
 void run_decode_bench(const DecodeArgs& args) {
-  const Device device = select_device(args.device, "--device", kDecodingAndScoring);
+  const Device device = select_device(args.device, "--device");
   Ops& ops = *device.ops;
   LoadedModel model = bench_model(args.source, 0);
   step_tokens(args.batch, args.prompt);  // the prefill's tokens, within what its sizes hold
@@ -309,7 +309,9 @@ void run_decode_bench(const DecodeArgs& args) {
   const PrecisionChoice choice =
       resolve_precision(args.precision, device, dominant_products(dims, args.batch), "--precision");
   const Precision precision = choice.precision;
-  ZayaModel zaya(*model.params, ops, precision);
+  const std::unique_ptr<ParameterStore> placed =
+      device.on_host() ? nullptr : place_parameters(*model.params, ops.memory());
+  ZayaModel zaya(placed ? *placed : *model.params, ops, precision);
   // One sequence, and the batch beside it unless the batch is one sequence too.
   const std::vector<int64_t> sizes =
       args.batch == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, args.batch};

@@ -166,7 +166,7 @@ void run_eval(const EvalArgs& args) {
     throw Error("has no end-of-text or beginning-of-text token to start a text with")
         .file(loaded.tokenizer_path);
   }
-  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
+  ZayaModel model(loaded.params(), *loaded.device.ops, loaded.precision);
 
   json report = {{"model", args.model}, {"tasks", json::array()}, {"text", json::array()}};
   for (const TaskFile& task : tasks)

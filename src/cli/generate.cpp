@@ -30,7 +30,7 @@ void run_generate(const GenerateArgs& args) {
   if (args.precision == "auto")
     std::fprintf(stderr, "zaya generate: %s\n", loaded.precision_description.c_str());
   const Tokenizer& tokenizer = loaded.tokenizer;
-  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
+  ZayaModel model(loaded.params(), *loaded.device.ops, loaded.precision);
   SamplingOptions options = args.sampling;
   options.stop_token = tokenizer.eos_id();
   std::vector<int32_t> produced;

@@ -5,7 +5,6 @@
 
 #include "backend/ops.h"
 #include "backend/precision_policy.h"
-#include "cli/device_option.h"
 #include "core/error.h"
 #include "model/model_dims.h"
 
@@ -14,7 +13,7 @@ namespace zaya::cli {
 ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const std::string& tokenizer_path,
                                              const std::string& device_setting,
                                              const std::string& precision_setting, int64_t rows_per_pass) {
-  const Device device = select_device(device_setting, "--device", kDecodingAndScoring);
+  const Device device = select_device(device_setting, "--device");
   // "auto" measures the model's products before its weights are read (in bf16 the experts load as bf16).
   std::vector<ProductShape> products;
   if (precision_setting == "auto") {
@@ -34,7 +33,10 @@ ModelWithTokenizer load_model_with_tokenizer(const std::string& model_dir, const
         cat("has ", tokenizer.vocab_size(), " tokens, more than the model's ", model.params->dims().vocab))
         .file(path);
   }
-  return {std::move(model), std::move(tokenizer), path, device, precision, choice.description};
+  std::unique_ptr<ParameterStore> placed =
+      device.on_host() ? nullptr : place_parameters(*model.params, device.ops->memory());
+  return {std::move(model),   std::move(tokenizer), path, device, precision,
+          choice.description, std::move(placed)};
 }
 
 void add_precision_option(CLI::App& command, std::string& setting) {

@@ -3,6 +3,7 @@
 // and its tokenizer.json (or another one), checked against each other.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "backend/devices.h"
@@ -20,14 +21,18 @@ struct ModelWithTokenizer {
   LoadedModel model;
   Tokenizer tokenizer;
   std::string tokenizer_path;
-  Device device;        // the model's ops: the CPU's until the GPU backend decodes (kDecodingAndScoring)
-  Precision precision;  // the one to build the ZayaModel in: its store was loaded for it
-  std::string precision_description;  // for the log: the precision, and how "auto" chose it
+  Device device;                           // the model's ops
+  Precision precision;                     // the one to build the ZayaModel in: its store was loaded for it
+  std::string precision_description;       // for the log: the precision, and how "auto" chose it
+  std::unique_ptr<ParameterStore> placed;  // the model's values in the device's memory (null on the CPU)
+
+  // The store to build the ZayaModel on: in the device's memory.
+  ParameterStore& params() { return placed ? *placed : *model.params; }
 };
 
 // tokenizer_path empty: the model directory's tokenizer.json. Throws Error when the tokenizer has ids the
-// model has no embedding for, or when `device_setting` (a --device) names a device that cannot decode and
-// score. The model only runs forward, in the precision `precision_setting` (a --precision, see
+// model has no embedding for, or `device_setting` (a --device) names no device here. The model only runs
+// forward, in the precision `precision_setting` (a --precision, see
 // add_precision_option) resolves to on that device ("auto": measured on the products of passes over
 // `rows_per_pass` rows, the command's usual): in bf16 it holds its expert weights as bf16 alone
 // (ExpertValues::Bf16).

@@ -65,18 +65,16 @@ void check_options(const ServeArgs& args) {
                ", less 64 for the server's own)"));
 }
 
-// The decode caches of --max-running sequences of a whole context each must fit the machine's memory.
-void check_cache_memory(const ModelDims& dims, const ServeOptions& o) {
-  const DecodeCache one = make_decode_cache(dims, 1);
-  double bytes_per_token = 0;
-  for (const DecodeCache::Layer& layer : one.layers)
-    bytes_per_token += double(layer.keys.size() + layer.values.size()) * sizeof(float);
-  const double needed = bytes_per_token * double(o.context) * double(o.max_running);
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+// The decode caches of --max-running sequences of a whole context each must fit the device's memory (the
+// machine's RAM on the CPU).
+void check_cache_memory(const ModelDims& dims, const ServeOptions& o, const Device& device) {
+  const double needed =
+      double(decode_cache_bytes_per_token(dims)) * double(o.context) * double(o.max_running);
+  const double memory = double(device.memory_bytes);
   if (memory > 0 && needed > memory)
     refuse(cat("--max-running ", o.max_running, ": the decode caches of that many sequences of ", o.context,
-               " tokens take ", int64_t(needed / 1e9), " GB, more than this machine's ",
-               int64_t(memory / 1e9), " GB"));
+               " tokens take ", int64_t(needed / 1e9), " GB, more than ",
+               device.on_host() ? "this machine's " : "the device's ", int64_t(memory / 1e9), " GB"));
 }
 
 void run_serve(ServeArgs args) {
@@ -93,10 +91,10 @@ void run_serve(ServeArgs args) {
                                                         args.precision, args.options.max_running);
   if (args.precision == "auto")
     std::fprintf(stderr, "zaya serve: %s\n", loaded.precision_description.c_str());
-  ZayaModel model(*loaded.model.params, *loaded.device.ops, loaded.precision);
+  ZayaModel model(loaded.params(), *loaded.device.ops, loaded.precision);
   ServeOptions& options = args.options;
   options.context = loaded.model.config.max_position_embeddings;
-  check_cache_memory(model.params().dims(), options);
+  check_cache_memory(model.params().dims(), options, loaded.device);
   if (options.model_name.empty())
     options.model_name = std::filesystem::path(args.model).lexically_normal().filename().string();
   if (options.model_name.empty()) options.model_name = args.model;

@@ -80,6 +80,7 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
     for (size_t b = 0; b < count; ++b)
       std::copy(inputs[order[first + b]].begin(), inputs[order[first + b]].end(), ids.begin() + b * seq);
     const ForwardResult pass = model.forward({ids.data(), nullptr, nullptr, int64_t(count), seq}, true);
+    const float* pass_logits = model.host_logits(pass.logits, int64_t(count) * seq);
     for (size_t b = 0; b < count; ++b) {
       const size_t r = order[first + b];
       const std::vector<int32_t>& continuation = requests[r].continuation;
@@ -87,7 +88,7 @@ std::vector<LoglikelihoodResult> score_loglikelihoods(ZayaModel& model,
       const int64_t length = int64_t(inputs[r].size()), n = int64_t(continuation.size());
       LoglikelihoodResult& result = results[r];
       for (int64_t i = 0; i < n; ++i) {
-        const float* logits = pass.logits + (int64_t(b) * seq + length - n + i) * vocab;
+        const float* logits = pass_logits + (int64_t(b) * seq + length - n + i) * vocab;
         const TokenLogprobs scored = token_logprobs(logits, vocab, continuation[size_t(i)], 0);
         result.loglikelihood += scored.token;
         result.greedy = result.greedy && scored.greedy;

@@ -137,7 +137,8 @@ std::vector<int32_t> generate(ZayaModel& model, const std::vector<int32_t>& prom
                               const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
   require_prompt(prompt);
   const ModelDims& dims = model.params().dims();
-  DecodeCache cache = make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens);
+  DecodeCache cache =
+      make_decode_cache(dims, int64_t(prompt.size()) + options.max_new_tokens, model.ops().memory());
   // The prompt in one pass (its weights read once, not once per token), only its last logits computed.
   const float* logits =
       model.prefill(prompt.data(), int64_t(prompt.size()), cache, ZayaModel::PrefillLogits::Last);

@@ -14,19 +14,21 @@
 
 namespace zaya {
 
-DecodeCache make_decode_cache(const ModelDims& dims, int64_t capacity) {
+DecodeCache make_decode_cache(const ModelDims& dims, int64_t capacity, MemoryResource& memory) {
   DecodeCache cache;
   cache.capacity = capacity;
   const size_t tail = size_t((dims.conv_time0 - 1) + (dims.conv_time1 - 1));
+  const auto floats = [&](size_t count) { return AlignedBuffer(count * sizeof(float), memory); };  // zeroed
   for (int64_t l = 0; l < dims.layers; ++l) {
-    DecodeCache::Layer layer;
-    layer.conv_tail.reserve(tail * size_t(dims.conv_channels()));
-    layer.delayed.assign(size_t(dims.kv_dim() / 2), 0.0f);
-    layer.keys.assign(size_t(capacity * dims.kv_dim()), 0.0f);
-    layer.values.assign(size_t(capacity * dims.kv_dim()), 0.0f);
-    cache.layers.push_back(std::move(layer));
+    cache.layers.push_back({floats(tail * size_t(dims.conv_channels())), floats(size_t(dims.kv_dim() / 2)),
+                            floats(size_t(capacity * dims.kv_dim())),
+                            floats(size_t(capacity * dims.kv_dim()))});
   }
   return cache;
+}
+
+int64_t decode_cache_bytes_per_token(const ModelDims& dims) {
+  return dims.layers * 2 * dims.kv_dim() * int64_t(sizeof(float));
 }
 
 const float* ZayaModel::decode_step(int32_t token, DecodeCache& cache) {
@@ -72,37 +74,34 @@ void ZayaModel::decode_qkv(int64_t l, DecodeCache* const* caches, int64_t B, Lay
             half);
   if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
 
-  // The convolution's last output for each sequence, from its kept rows and this one: the window is
-  // left-padded with zeros while fewer than tail_rows tokens came before, as the full pass pads.
+  // The convolution's last output for each sequence, from its kept rows and this one (the kept rows are
+  // zeros while fewer than tail_rows tokens came before, as the full pass pads).
   float* windows = f(B * (tail_rows + 1) * C);  // [B, tail_rows + 1, C]
   float* conv = f(B * C);                       // [B, C]
   for (int64_t i = 0; i < B; ++i) {
-    const DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
     float* window = windows + i * (tail_rows + 1) * C;
-    const int64_t kept = int64_t(state.conv_tail.size());
-    std::fill(window, window + tail_rows * C - kept, 0.0f);
-    std::copy(state.conv_tail.begin(), state.conv_tail.end(), window + tail_rows * C - kept);
-    std::copy(a.qk0 + i * C, a.qk0 + (i + 1) * C, window + tail_rows * C);
+    ops_.copy_rows(caches[i]->layers[size_t(l)].conv_tail.as<float>(), C, tail_rows, C, window, C, false);
+    ops_.copy_rows(a.qk0 + i * C, C, 1, C, window + tail_rows * C, C, false);
   }
   const AttentionShape conv_shape{B, tail_rows + 1, dims_.heads, dims_.kv_heads, D, 0};
   ops_.cca_conv_decode(windows, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
                        w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, conv);
+  // q and k before their norms: the convolution's output plus the q-k mean's residuals.
+  ops_.copy_rows(a.q_res, QD, B, QD, a.q_pre, QD, false);
+  ops_.copy_rows(conv, C, B, QD, a.q_pre, QD, true);
+  ops_.copy_rows(a.k_res, KD, B, KD, a.k_pre, KD, false);
+  ops_.copy_rows(conv + QD, C, B, KD, a.k_pre, KD, true);
 
   for (int64_t i = 0; i < B; ++i) {
     DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
-    const int64_t t = caches[i]->length;
-    const float* qk0 = a.qk0 + i * C;
-    if (t == 0 && w.v_delayed_bias)
-      std::copy(w.v_delayed_bias, w.v_delayed_bias + half, state.delayed.begin());
-    const float* last = conv + i * C;
-    for (int64_t j = 0; j < QD; ++j) a.q_pre[i * QD + j] = last[j] + a.q_res[i * QD + j];
-    for (int64_t j = 0; j < KD; ++j) a.k_pre[i * KD + j] = last[QD + j] + a.k_res[i * KD + j];
-    state.conv_tail.insert(state.conv_tail.end(), qk0, qk0 + C);
-    if (int64_t(state.conv_tail.size()) > tail_rows * C) {
-      state.conv_tail.erase(state.conv_tail.begin(), state.conv_tail.end() - tail_rows * C);
-    }
-    std::copy(state.delayed.begin(), state.delayed.end(), a.v + i * KD + half);
-    std::copy(delayed + i * half, delayed + (i + 1) * half, state.delayed.begin());
+    float* kept = state.delayed.as<float>();  // [half]
+    if (caches[i]->length == 0 && w.v_delayed_bias)
+      ops_.copy_rows(w.v_delayed_bias, half, 1, half, kept, half, false);
+    // The window's newest tail_rows rows are kept for the next token.
+    ops_.copy_rows(windows + (i * (tail_rows + 1) + 1) * C, C, tail_rows, C, state.conv_tail.as<float>(), C,
+                   false);
+    ops_.copy_rows(kept, half, 1, half, a.v + i * KD + half, KD, false);
+    ops_.copy_rows(delayed + i * half, half, 1, half, kept, half, false);
   }
 }
 
@@ -151,10 +150,10 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
     for (int64_t i = 0; i < B; ++i) {
       DecodeCache::Layer& state = caches[i]->layers[size_t(l)];
       const int64_t t = caches[i]->length;
-      std::copy(a.k + i * KD, a.k + (i + 1) * KD, state.keys.begin() + t * KD);
-      std::copy(a.v + i * KD, a.v + (i + 1) * KD, state.values.begin() + t * KD);
-      keys[size_t(i)] = state.keys.data();
-      values[size_t(i)] = state.values.data();
+      ops_.copy_rows(a.k + i * KD, KD, 1, KD, state.keys.as<float>() + t * KD, KD, false);
+      ops_.copy_rows(a.v + i * KD, KD, 1, KD, state.values.as<float>() + t * KD, KD, false);
+      keys[size_t(i)] = state.keys.as<float>();
+      values[size_t(i)] = state.values.as<float>();
     }
     ops_.attention_decode(a.q, keys.data(), values.data(), lengths.data(), shape, 1.0f / std::sqrt(float(D)),
                           a.o);
@@ -178,7 +177,7 @@ const float* ZayaModel::decode_batch(const int32_t* tokens, DecodeCache* const* 
             logits, dims_.vocab);
   if (w_.lm_head_bias) ops_.add_bias(logits, B, dims_.vocab, dims_.vocab, w_.lm_head_bias);
   for (int64_t i = 0; i < B; ++i) ++caches[i]->length;
-  return logits;
+  return host_logits(logits, B);
 }
 
 const float* ZayaModel::prefill(const int32_t* tokens, int64_t count, DecodeCache& cache,
@@ -213,18 +212,22 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
       const int64_t first = b * longest, end = first + lengths[b],
                     kept_rows = std::min(lengths[b], tail_rows);
       DecodeCache::Layer& state = caches[b]->layers[size_t(l)];
-      std::copy(a.k + first * KD, a.k + end * KD, state.keys.begin());
-      std::copy(a.v + first * KD, a.v + end * KD, state.values.begin());
-      state.conv_tail.assign(a.qk0 + (end - kept_rows) * C, a.qk0 + end * C);
+      ops_.copy_rows(a.k + first * KD, KD, lengths[b], KD, state.keys.as<float>(), KD, false);
+      ops_.copy_rows(a.v + first * KD, KD, lengths[b], KD, state.values.as<float>(), KD, false);
+      // The newest rows last, after the fresh cache's zeros when the prompt is shorter than the tail.
+      ops_.copy_rows(a.qk0 + (end - kept_rows) * C, C, kept_rows, C,
+                     state.conv_tail.as<float>() + (tail_rows - kept_rows) * C, C, false);
+      float* delayed = state.delayed.as<float>();
       ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (end - 1) * H, H,
-                m_.layers[size_t(l)].v_delayed, H, 0.0f, state.delayed.data(), half);
-      if (w.v_delayed_bias) ops_.add_bias(state.delayed.data(), 1, half, half, w.v_delayed_bias);
+                m_.layers[size_t(l)].v_delayed, H, 0.0f, delayed, half);
+      if (w.v_delayed_bias) ops_.add_bias(delayed, 1, half, half, w.v_delayed_bias);
     }
   };
   const ForwardResult result = run({ids.data(), nullptr, nullptr, count, longest},
                                    which == PrefillLogits::Every, false, 0, fill_caches);
   for (int64_t b = 0; b < count; ++b) caches[b]->length = lengths[b];
-  return which == PrefillLogits::Every ? result.logits : last_logits(lengths, count, longest);
+  return which == PrefillLogits::Every ? host_logits(result.logits, count * longest)
+                                       : host_logits(last_logits(lengths, count, longest), count);
 }
 
 const float* ZayaModel::last_logits(const int64_t* lengths, int64_t count, int64_t longest) {

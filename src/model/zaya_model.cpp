@@ -221,6 +221,13 @@ Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena) {
   return rounded;
 }
 
+const float* ZayaModel::host_logits(const float* logits, int64_t rows) {
+  if (&ops_.memory() == &host_memory()) return logits;
+  host_logits_.resize(size_t(rows * dims_.vocab));
+  ops_.read_to_host(host_logits_.data(), logits, host_logits_.size() * sizeof(float));
+  return host_logits_.data();
+}
+
 void ZayaModel::reset_step_sums() {
   ops_.zero(step_sums_.data(), step_sums_.size());
 }

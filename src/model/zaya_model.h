@@ -103,9 +103,10 @@ class ZayaModel {
   void set_rope_theta(double theta) {
     for (LayerDims& layer : dims_.layer) layer.rope_theta = theta;
   }
-  // Generation: feeds one token at position cache.length and returns the next token's logits ([vocab], valid
-  // until the next call). Equal to the full forward pass's logits at that position. Throws Error when the
-  // cache is full or the token is outside the vocabulary.
+  // Generation (on any backend; the caches in its memory, made with make_decode_cache(dims, capacity,
+  // ops().memory())): feeds one token at position cache.length and returns the next token's logits ([vocab],
+  // in host memory, valid until the next call). Equal to the full forward pass's logits at that position.
+  // Throws Error when the cache is full or the token is outside the vocabulary.
   const float* decode_step(int32_t token, DecodeCache& cache);
   // Continuous batching: feeds tokens[i] to *caches[i], each at its own position, for `count` sequences
   // decoded together (their matrix products and experts as one batch of rows, in this model's precision),
@@ -117,7 +118,7 @@ class ZayaModel {
   enum class PrefillLogits { Every, Last };
   // A prompt through the full forward pass (in this model's precision) into an empty cache, which then
   // continues with decode_step as if the prompt had been fed to it token by token. Returns the logits of
-  // every position [count, vocab], or of the last [vocab], valid until the next call.
+  // every position [count, vocab], or of the last [vocab], in host memory, valid until the next call.
   const float* prefill(const int32_t* tokens, int64_t count, DecodeCache& cache,
                        PrefillLogits which = PrefillLogits::Every);
   // Several prompts in one pass (right-padded to the longest), each into its own empty cache: the weights are
@@ -125,6 +126,10 @@ class ZayaModel {
   // b * longest + t. Last: [count, vocab], each prompt's last position.
   const float* prefill(const int32_t* const* prompts, const int64_t* lengths, DecodeCache* const* caches,
                        int64_t count, PrefillLogits which = PrefillLogits::Every);
+
+  // logits [rows, vocab] of this model's where the host reads them: themselves on the CPU, else copied
+  // into host memory the model keeps until the next call (one host read).
+  const float* host_logits(const float* logits, int64_t rows);
 
   ParameterStore& params() { return params_; }
   Ops& ops() { return ops_; }  // the backend it runs on
@@ -238,6 +243,7 @@ class ZayaModel {
   std::vector<double> host_sums_;          // step_sums_ read to the host
   // Host values on their way to the backend's memory (RoPE tables, aux coefficients); capacity kept.
   std::vector<float> staging_;
+  std::vector<float> host_logits_;  // host_logits's copy
   RouterAuxLoss aux_;
   DeviceCommunicator* expert_group_ = nullptr;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group

@@ -45,10 +45,12 @@ void warm_up(ZayaModel& model, const EngineLimits& limits, int64_t context) {
     // [count, prompt_tokens] ids spread over the vocabulary, so that the tokens take many routes.
     std::vector<int32_t> ids(size_t(count * prompt_tokens));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 104729 + 13) % uint64_t(dims.vocab));
-    std::vector<DecodeCache> caches(size_t(count), make_decode_cache(dims, prompt_tokens + 1));
+    std::vector<DecodeCache> caches;
     std::vector<DecodeCache*> pointers;
     std::vector<const int32_t*> prompts;
     const std::vector<int64_t> lengths(size_t(count), prompt_tokens);
+    for (int64_t b = 0; b < count; ++b)
+      caches.push_back(make_decode_cache(dims, prompt_tokens + 1, model.ops().memory()));
     for (int64_t b = 0; b < count; ++b) {
       pointers.push_back(&caches[size_t(b)]);
       prompts.push_back(ids.data() + b * prompt_tokens);
@@ -224,7 +226,8 @@ void DecodeEngine::run() {
       const SequenceRequest& request = sequence->request();
       starting.push_back(
           {sequence,
-           make_decode_cache(model_.params().dims(), int64_t(request.prompt.size()) + request.max_tokens),
+           make_decode_cache(model_.params().dims(), int64_t(request.prompt.size()) + request.max_tokens,
+                             model_.ops().memory()),
            RandomStream(request.seed, RngPurpose::Sampling, 0)});
     }
     start(starting, running);

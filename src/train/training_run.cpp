@@ -129,7 +129,7 @@ void TrainingRun::take_run_directory(bool force) {
 // Before anything is built: the device is here, the datasets belong to the tokenizer, and a resume to its
 // checkpoint's run.
 void TrainingRun::check_inputs() {
-  device_ = select_device(config_.run.device, "run.device", nullptr, comm_->local_rank());
+  device_ = select_device(config_.run.device, "run.device", comm_->local_rank());
   // Rank 0 says where each rank runs: its host, its GPU's index and name.
   if (!device_.on_host() && ranks_ > 1)
     rank_devices_ =

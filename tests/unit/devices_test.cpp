@@ -73,9 +73,9 @@ class DevicesTest : public ::testing::Test {
   void TearDown() override { register_gpu_backend({}); }
 };
 
-std::string error_of(const std::string& setting, const char* host_only_work = nullptr) {
+std::string error_of(const std::string& setting) {
   try {
-    select_device(setting, "--device", host_only_work);
+    select_device(setting, "--device");
   } catch (const Error& e) {
     return e.what();
   }
@@ -120,27 +120,17 @@ TEST_F(DevicesTest, AFailingDriverIsReportedNotTakenForNoGpu) {
   EXPECT_EQ(select_device("cpu", "--device").name, "cpu");
 }
 
-TEST_F(DevicesTest, WorkOnlyTheCpuHasKeepsAutoOnTheCpuAndRefusesANamedGpu) {
-  register_fake(present_count);
-  EXPECT_EQ(select_device("auto", "--device", "decoding").name, "cpu");
-  EXPECT_EQ(select_device("cpu", "--device", "decoding").name, "cpu");
-  const std::string refused = error_of("emulated", "decoding");
-  EXPECT_NE(refused.find("field '--device': the emulated backend cannot run decoding yet"), std::string::npos)
-      << refused;
-  EXPECT_EQ(refused.find('\n'), std::string::npos);
-}
-
 // Each rank of a machine takes its own GPU (the local rank's), and the run's log says which.
 TEST_F(DevicesTest, ARankTakesTheGpuOfItsLocalRank) {
   register_fake(eight_count);
-  const Device third = select_device("auto", "run.device", nullptr, 2);
+  const Device third = select_device("auto", "run.device", 2);
   EXPECT_EQ(used_device, 2);
   EXPECT_EQ(third.index, 2);
   EXPECT_EQ(third.description, "emulated: Fake GPU (GPU 2 of 8)");
-  select_device("emulated", "run.device", nullptr, 9);  // more ranks than GPUs: they share, in turn
+  select_device("emulated", "run.device", 9);  // more ranks than GPUs: they share, in turn
   EXPECT_EQ(used_device, 1);
   register_fake(present_count);
-  EXPECT_EQ(select_device("auto", "run.device", nullptr, 1).description, "emulated: Fake GPU");
+  EXPECT_EQ(select_device("auto", "run.device", 1).description, "emulated: Fake GPU");
 }
 
 std::string communicator_error(const std::string& setting, const Device& device) {
