@@ -213,9 +213,9 @@ def compare_lls(checks, what, got, want):
 # zaya eval
 
 
-def check_zaya_eval(checks, zaya, model_dir, ref, hf, tmp):
+def check_zaya_eval(checks, zaya, model_dir, ref, hf, tmp, device="cpu"):
     out = tmp / "eval.json"
-    cmd = [zaya, "eval", "--model", model_dir]
+    cmd = [zaya, "eval", "--model", model_dir, "--device", device]
     for name, _ in TASKS.values():
         cmd += ["--task", FIXTURES / name]
     try:

@@ -22,7 +22,8 @@ server's /tokenize), which must agree per choice; `zaya eval` on the same fixtur
 The model: the tiny preset trained for 200 steps on text.txt by transformers, so that greedy text depends on
 the prompt (an untrained model repeats one token whatever it reads).
 
-Usage: serve_peer.py ZAYA_BINARY
+Usage: serve_peer.py ZAYA_BINARY [DEVICE]   (the server's and zaya eval's --device, cpu by default; the
+emulated GPU with the zaya-emulated binary: the same checks with the GPU backend's decoding)
 """
 
 import concurrent.futures
@@ -66,12 +67,12 @@ class Server:
 
     READY = re.compile(r"zaya serve: listening on http://[0-9.]+:(\d+)")
 
-    def __init__(self, zaya, model_dir, *extra):
+    def __init__(self, zaya, model_dir, device, *extra):
         self.lines = []
         self.port = None
         self._ready = threading.Event()
         self.proc = subprocess.Popen([str(zaya), "serve", "--model", str(model_dir), "--host", "127.0.0.1",
-                                      "--port", "0", *extra], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      "--port", "0", "--device", device, *extra], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace",
                                      preexec_fn=_die_with_parent)
         threading.Thread(target=self._drain, daemon=True).start()
@@ -376,8 +377,8 @@ def check_metrics(checks, server, model_id):
                  "which grows", f"request counters {sorted(after)}")
 
 
-def check_auth(checks, zaya, model_dir, model_id):
-    server = Server(zaya, model_dir, "--api-key", API_KEY)
+def check_auth(checks, zaya, model_dir, device, model_id):
+    server = Server(zaya, model_dir, device, "--api-key", API_KEY)
     try:
         server.wait_ready()
         body = {"model": model_id, "prompt": "Hi", "max_tokens": 1}
@@ -393,8 +394,8 @@ def check_auth(checks, zaya, model_dir, model_id):
         server.stop()
 
 
-def check_server(checks, zaya, model_dir, ref, hf, servers):
-    server = Server(zaya, model_dir)
+def check_server(checks, zaya, model_dir, device, ref, hf, servers):
+    server = Server(zaya, model_dir, device)
     servers.append(server)
     port = checks.guard("zaya serve starts", lambda _: server.wait_ready())
     if port is None:
@@ -423,7 +424,7 @@ def check_server(checks, zaya, model_dir, ref, hf, servers):
                         [s["lls"] for s in hf[task]])
     checks.check(server.alive(), "zaya serve is still running")
     server.stop()
-    checks.guard("auth", check_auth, zaya, model_dir, model_id)
+    checks.guard("auth", check_auth, zaya, model_dir, device, model_id)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -431,6 +432,7 @@ def check_server(checks, zaya, model_dir, ref, hf, servers):
 
 def main():
     zaya = pathlib.Path(sys.argv[1]).resolve()
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     checks = Checks()
     servers = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -441,8 +443,8 @@ def main():
             ref = Reference(model_dir)
             hf = run_lm_eval("hf", f"pretrained={model_dir},dtype=float32,device=cpu", 1, [*TASKS, TEXT_TASK])
             check_lm_eval_tasks(checks, hf)
-            check_server(checks, zaya, model_dir, ref, hf, servers)
-            checks.guard("zaya eval", check_zaya_eval, zaya, model_dir, ref, hf, tmp)
+            check_server(checks, zaya, model_dir, device, ref, hf, servers)
+            checks.guard("zaya eval", check_zaya_eval, zaya, model_dir, ref, hf, tmp, device)
     finally:
         for s in servers:
             s.stop()

@@ -1,5 +1,5 @@
 // select_device, the one door to a device: what "auto" and a named device give with and without a GPU
-// backend registered, the refusal of a GPU for work only the CPU backend has, which GPU a rank takes; and
+// backend registered, which GPU a rank takes; and
 // make_device_communicator, the choice of a run's device collectives.
 
 #include <gtest/gtest.h>

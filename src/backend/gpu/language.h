@@ -279,22 +279,21 @@ ZAYA_DEVICE uint32_t load_bf16_pair(const uint16_t* pair) {
 #endif
 }
 
-ZAYA_DEVICE MmaFragment load_mma_a(const uint16_t* tile, int ld) {
+// A's fragment of a tile [m][k], or B's of a tile [n][k], as the places above lay them out.
+template <bool kB>
+ZAYA_DEVICE MmaFragment load_mma_fragment(const uint16_t* tile, int ld) {
   MmaFragment fragment;
   for (int r = 0; r < kMmaRegisters; ++r) {
-    const TilePlace p = mma_a_place(lane(), r);
+    const TilePlace p = kB ? mma_b_place(lane(), r) : mma_a_place(lane(), r);
     fragment.registers[r] = load_bf16_pair(tile + p.row * ld + p.col);
   }
   return fragment;
 }
-
+ZAYA_DEVICE MmaFragment load_mma_a(const uint16_t* tile, int ld) {
+  return load_mma_fragment<false>(tile, ld);
+}
 ZAYA_DEVICE MmaFragment load_mma_b(const uint16_t* tile, int ld) {
-  MmaFragment fragment;
-  for (int r = 0; r < kMmaRegisters; ++r) {
-    const TilePlace p = mma_b_place(lane(), r);
-    fragment.registers[r] = load_bf16_pair(tile + p.row * ld + p.col);
-  }
-  return fragment;
+  return load_mma_fragment<true>(tile, ld);
 }
 
 ZAYA_DEVICE void mma(MmaAccumulator& acc, const MmaFragment& a, const MmaFragment& b) {
