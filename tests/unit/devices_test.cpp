@@ -1,6 +1,6 @@
 // select_device, the one door to a device: what "auto" and a named device give with and without a GPU
-// backend registered, which GPU a rank takes; and
-// make_device_communicator, the choice of a run's device collectives.
+// backend registered, which GPU a rank takes; and make_device_communicator, the choice of a run's device
+// collectives.
 
 #include <gtest/gtest.h>
 
