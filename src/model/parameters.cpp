@@ -205,26 +205,16 @@ void ParameterStore::write_value(const ParamInfo& param, const float* host) {
   memory_.copy_from_host(expert_bf16(param), rounded.data(), rounded.size() * sizeof(BFloat16));
 }
 
-void ParameterStore::require_same_layout(const ParameterStore& host, const char* direction) const {
+void ParameterStore::copy_values_from(const ParameterStore& host) {
   if (host.table().total_floats() != table_.total_floats() || host.expert_values() != expert_values_ ||
       &host.memory() != &host_memory()) {
-    throw Error(cat("parameters copied ", direction,
-                    " a store of another shape or kind of expert values, or not in the host's memory"));
+    throw Error(
+        "parameters copied from a store of another shape or kind of expert values, or not in the "
+        "host's memory");
   }
-}
-
-void ParameterStore::copy_values_from(const ParameterStore& host) {
-  require_same_layout(host, "from");
   memory_.copy_from_host(values(), host.values(), values_.size());
   if (expert_bf16_.size() > 0)
     memory_.copy_from_host(expert_bf16_.data(), host.expert_bf16_.data(), expert_bf16_.size());
-}
-
-void ParameterStore::copy_values_to(ParameterStore& host) const {
-  require_same_layout(host, "to");
-  memory_.copy_to_host(host.values(), values(), values_.size());
-  if (expert_bf16_.size() > 0)
-    memory_.copy_to_host(host.expert_bf16_.data(), expert_bf16_.data(), expert_bf16_.size());
 }
 
 void ParameterStore::zero_grads() {

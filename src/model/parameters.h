@@ -128,9 +128,8 @@ class ParameterStore {
   std::vector<float> read_value(const ParamInfo& param) const;
   void read_value(const ParamInfo& param, float* host) const;  // into host[numel]
   void write_value(const ParamInfo& param, const float* host);
-  // Every value from or to `host`, a store of the same table and expert values in the host's memory.
+  // Every value from `host`, a store of the same table and expert values in the host's memory.
   void copy_values_from(const ParameterStore& host);
-  void copy_values_to(ParameterStore& host) const;
 
  private:
   // An expert weight's bf16 values (with bf16 experts).
@@ -140,7 +139,6 @@ class ParameterStore {
   const BFloat16* expert_bf16(const ParamInfo& param) const {
     return expert_values_bf16() + (param.offset - table_.dense_floats());
   }
-  void require_same_layout(const ParameterStore& host, const char* direction) const;
 
   MemoryResource& memory_;
   ModelDims dims_;

@@ -585,17 +585,9 @@ void TrainingRun::sample() {
   options.stop_token = tokenizer_->eos_id();
   const std::vector<int32_t> prompt = tokenizer_->encode(config_.sample.prompt);
   std::vector<int32_t> tokens;
-  if (expert_group_) {
-    tokens = generate_in_expert_group(*model_, prompt, options, *expert_group_);
-  } else if (device_.on_host()) {
-    tokens = generate(*model_, prompt, options);
-  } else {
-    // Generation decodes on the CPU (its cache lives on the host): from a copy of the weights.
-    ParameterStore host(dims_);
-    params_->copy_values_to(host);
-    ZayaModel sampler(host, cpu_ops(), cpu_ops().fast_bf16() ? precision_.precision : Precision::F32);
-    tokens = generate(sampler, prompt, options);
-  }
+  // The training model decodes on its own device (its decode cache in the device's memory).
+  tokens = expert_group_ ? generate_in_expert_group(*model_, prompt, options, *expert_group_)
+                         : generate(*model_, prompt, options);
   if (!leader_) return;
   const std::string text = tokenizer_->decode(tokens, true);
   log_->event("sample", state_.step,
