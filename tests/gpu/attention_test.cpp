@@ -192,7 +192,8 @@ TEST_F(Attention, BackwardRepeatsBitForBit) {
   DeviceArray<float> q(random_values(q_size, 1)), k(random_values(kv_size, 2)), v(random_values(kv_size, 3)),
       dout(random_values(q_size, 4)), o(q_size), lse(size_t(4 * 37));
   for (Precision precision : {Precision::F32, Precision::BF16}) {
-    gpu().attention_forward(precision, q.data(), k.data(), v.data(), nullptr, shape, 0.2f, o.data(), lse.data());
+    gpu().attention_forward(precision, q.data(), k.data(), v.data(), nullptr, shape, 0.2f, o.data(),
+                            lse.data());
     std::vector<float> first[3];
     for (int run = 0; run < 2; ++run) {
       DeviceArray<float> dq(q_size), dk(kv_size), dv(kv_size);
