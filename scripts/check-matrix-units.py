@@ -2,13 +2,15 @@
 """The CUDA kernels that must run on the tensor cores do, and keep their registers: for every GPU
 architecture compiled into the given objects, each kernel named below has HMMA (or Hopper's HGMMA)
 instructions in its SASS, and no local memory or stack frame (where ptxas puts spilled registers).
-Prints each checked kernel's registers and shared memory. Exits 77 (skipped) without cuobjdump.
+Prints each checked kernel's registers and shared memory. Exits 77 (skipped) without cuobjdump and
+nvdisasm.
 
 usage: check-matrix-units.py CUOBJDUMP OBJECT...
 """
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -45,8 +47,10 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__.strip().splitlines()[-1])
     cuobjdump, objects = sys.argv[1], sys.argv[2:]
-    if not os.access(cuobjdump, os.X_OK):
-        print(f"matrix_units: no cuobjdump ({cuobjdump}): make deps fetches it where nvcc is; skipped")
+    beside = os.path.join(os.path.dirname(cuobjdump), "nvdisasm")
+    if not os.access(cuobjdump, os.X_OK) or not (os.access(beside, os.X_OK) or shutil.which("nvdisasm")):
+        print(f"matrix_units: no cuobjdump and nvdisasm ({cuobjdump}): make deps fetches them where nvcc is; "
+              "skipped")
         sys.exit(77)
     errors, seen = [], {k: 0 for k in MATRIX_KERNELS}
     for obj in objects:

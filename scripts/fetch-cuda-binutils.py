@@ -2,7 +2,9 @@
 """Fetches NVIDIA's cuobjdump and nvdisasm (PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, pinned
 by version and checksum) into tools/cuda-binutils/bin, where a machine with nvcc lacks them (Debian's CUDA
 toolkit ships neither): the `matrix_units` test disassembles the CUDA kernels with them. Does nothing where
-nvcc is absent (no CUDA kernels are built) or the tools are there already. Standard library only.
+nvcc is absent (no CUDA kernels are built) or the tools are there already; where they cannot be fetched (no
+network, a checksum that differs) it says so and the test is skipped, the build goes on. Standard library
+only.
 
 usage: fetch-cuda-binutils.py DEST_DIR
 """
@@ -33,9 +35,9 @@ def wheel_bytes(package, sha256):
             with urllib.request.urlopen(urllib.parse.urljoin(index, f["url"]), timeout=300) as response:
                 data = response.read()
             if hashlib.sha256(data).hexdigest() != sha256:
-                sys.exit(f"fetch-cuda-binutils: {f['filename']}: checksum mismatch")
+                raise ValueError(f"{f['filename']}: checksum mismatch")
             return data
-    sys.exit(f"fetch-cuda-binutils: {package} {VERSION}: no wheel with the pinned checksum on PyPI")
+    raise ValueError(f"{package} {VERSION}: no wheel with the pinned checksum on PyPI")
 
 
 def main():
@@ -52,6 +54,13 @@ def main():
         return
     print(f"fetch-cuda-binutils: fetching cuobjdump and nvdisasm {VERSION} from PyPI into {bin_dir}")
     os.makedirs(bin_dir, exist_ok=True)
+    try:
+        fetch(bin_dir, tools)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:  # no network, no wheel: the test is skipped
+        print(f"fetch-cuda-binutils: could not fetch them ({e}); the matrix_units test will be skipped")
+
+
+def fetch(bin_dir, tools):
     for package, sha256 in WHEELS.items():
         with zipfile.ZipFile(io.BytesIO(wheel_bytes(package, sha256))) as wheel:
             for name in wheel.namelist():
