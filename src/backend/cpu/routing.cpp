@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/vec_math.h"
@@ -85,12 +84,18 @@ void CpuOps::router_aux_backward(const float* probs, const float* lse, int64_t t
 
 void CpuOps::group_by_expert(const int32_t* choice, int64_t tokens, int64_t experts, int32_t* order,
                              int64_t* offsets) {
-  // Counting sort over experts + 1 groups, the skip route last. cursor[e] is group e's write position.
-  std::vector<int64_t> cursor(size_t(experts + 2), 0);
-  for (int64_t t = 0; t < tokens; ++t) ++cursor[size_t(choice[t]) + 1];
-  for (int64_t e = 0; e <= experts; ++e) cursor[size_t(e + 1)] += cursor[size_t(e)];
-  std::copy(cursor.begin(), cursor.end() - 1, offsets);
-  for (int64_t t = 0; t < tokens; ++t) order[cursor[size_t(choice[t])]++] = int32_t(t);
+  // Counting sort, the skip route last. offsets[e] first serves as expert e's write cursor, then shifts back
+  // into place; the skip-routed tokens follow the routed ones from `skip`.
+  std::fill(offsets, offsets + experts + 1, 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (choice[t] < experts) ++offsets[choice[t] + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+  int64_t skip = offsets[experts];
+  for (int64_t t = 0; t < tokens; ++t)
+    order[choice[t] < experts ? offsets[choice[t]]++ : skip++] = int32_t(t);
+  for (int64_t e = experts; e > 0; --e) offsets[e] = offsets[e - 1];
+  offsets[0] = 0;
 }
 
 void CpuOps::gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
