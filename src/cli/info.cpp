@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "backend/devices.h"
@@ -27,9 +28,11 @@ struct InfoArgs {
   std::string train_config;
   int64_t seq = 4096;
   bool memory = false;
-  int ranks = 1, expert_parallel = 0;  // 0: the train config's, else 1
-  int64_t micro_batch = 0;             // 0: the train config's, else 1
-  std::string device_memory;           // "80GB": the capacity to plan against; "": the device's own
+  int ranks = 0;              // 0: the fewest the parallel groups take
+  int expert_parallel = 0;    // 0: the train config's, else 1
+  int context_parallel = 0;   // 0: the train config's, else 1
+  int64_t micro_batch = 0;    // 0: the train config's, else 1
+  std::string device_memory;  // "80GB": the capacity to plan against; "": the device's own
   std::string precision = "bf16";
   std::string recompute;  // "": the train config's, else none
   std::string device = "auto";
@@ -69,10 +72,13 @@ void print_memory(const InfoArgs& args, const ZayaConfig& config, const std::opt
     }
   }
   MemoryLayout layout;
-  layout.ranks = args.ranks;
   layout.expert_parallel = args.expert_parallel > 0 ? args.expert_parallel
                            : run                    ? run->run.expert_parallel
                                                     : 1;
+  layout.context_parallel = args.context_parallel > 0 ? args.context_parallel
+                            : run                     ? run->run.context_parallel
+                                                      : 1;
+  layout.ranks = args.ranks > 0 ? args.ranks : std::lcm(layout.expert_parallel, layout.context_parallel);
   layout.micro_batch = args.micro_batch > 0 ? args.micro_batch : run ? run->batch.micro_batch : 1;
   layout.precision = args.precision == "fp32" ? Precision::F32 : Precision::BF16;
   layout.recompute = !args.recompute.empty() ? *recompute_from_name(args.recompute)
@@ -86,10 +92,11 @@ void print_memory(const InfoArgs& args, const ZayaConfig& config, const std::opt
     layout.seq = seq;
     const MemoryPlan plan = plan_memory(dims, groups, layout, *device.ops);
     std::printf(
-        "memory per rank: %d rank%s, expert parallel %d, micro-batch %lld x %lld tokens, %s, recompute %s, "
-        "sizes as %s takes them\n",
-        layout.ranks, layout.ranks == 1 ? "" : "s", layout.expert_parallel, (long long)layout.micro_batch,
-        (long long)seq, std::string(precision_name(layout.precision)).c_str(),
+        "memory per rank: %d rank%s, expert parallel %d, context parallel %d, micro-batch %lld x %lld "
+        "tokens, "
+        "%s, recompute %s, sizes as %s takes them\n",
+        layout.ranks, layout.ranks == 1 ? "" : "s", layout.expert_parallel, layout.context_parallel,
+        (long long)layout.micro_batch, (long long)seq, std::string(precision_name(layout.precision)).c_str(),
         recompute_name(layout.recompute), device.description.c_str());
     std::printf("%s", describe_memory_plan(plan, capacity).c_str());
     // What each run.recompute would hold of activations (kept and recomputed), the rest being the same.
@@ -183,11 +190,18 @@ void add_info_command(CLI::App& app) {
       ->check(positive());
   command->add_flag("--memory", args->memory,
                     "the memory training takes per rank: weights, gradients, optimizer state, activations");
-  command->add_option("--ranks", args->ranks, "with --memory: data-parallel ranks (default 1)")
+  command
+      ->add_option("--ranks", args->ranks,
+                   "with --memory: ranks in all (default: the expert or context parallel group's, or 1)")
       ->check(positive());
   command
       ->add_option("--expert-parallel", args->expert_parallel,
                    "with --memory: ranks sharing one copy of the experts (default: the train config's, or 1)")
+      ->check(positive());
+  command
+      ->add_option(
+          "--context-parallel", args->context_parallel,
+          "with --memory: ranks sharing each sequence, a slice each (default: the train config's, or 1)")
       ->check(positive());
   command
       ->add_option("--micro-batch", args->micro_batch,

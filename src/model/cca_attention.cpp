@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/ops.h"
+#include "dist/device_communicator.h"
 #include "model/layer_activations.h"
 #include "model/zaya_model.h"
 
@@ -14,6 +15,25 @@ namespace {
 
 AttentionShape attention_shape(const ModelDims& dims, const Batch& batch, int layer) {
   return {batch.batch, batch.seq, dims.heads, dims.kv_heads, dims.head_dim, dims.layer[size_t(layer)].window};
+}
+
+// Context parallel: the convolutions run over each sequence's halo rows and slice together.
+AttentionShape halo_shape(AttentionShape shape, int64_t halo) {
+  shape.seq += halo;
+  return shape;
+}
+
+// Context parallel: rows [B, S, n] to or from the slice rows of [B, halo + S, n] (row strides n).
+void slice_rows(Ops& ops, const float* from, float* to, int64_t B, int64_t S, int64_t halo, int64_t n,
+                bool into_halo_layout) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t plain = b * S * n, with_halo = (b * (halo + S) + halo) * n;
+    if (into_halo_layout) {
+      ops.copy_rows(from + plain, n, S, n, to + with_halo, n, false);
+    } else {
+      ops.copy_rows(from + with_halo, n, S, n, to + plain, n, false);
+    }
+  }
 }
 
 }  // namespace
@@ -36,16 +56,41 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
   if (w.k_bias) ops_.add_bias(a.qk0 + QD, T, KD, C, w.k_bias);
   ops_.qk_mean_forward(a.qk0, T, C, shape, a.q_res, a.k_res);
 
-  float* conv = scratch_.alloc<float>(size_t(T * C));
+  // Context parallel: the convolution runs over each sequence's halo (the previous rank's last rows) and
+  // its slice, and keeps the slice's outputs.
+  const bool split = sliced(batch);
+  const int64_t halo = split ? context_halo() : 0;
+  const AttentionShape conv_shape = halo_shape(shape, halo);
+  const float* conv_x = a.qk0;
+  if (split) {
+    float* halo_rows = scratch_.alloc<float>(size_t(batch.batch * halo * C));  // [B, halo, C]
+    if (halo > 0) halo_forward(a.qk0, C, C, halo, batch, halo_rows);
+    for (int64_t b = 0; b < batch.batch; ++b)
+      ops_.copy_rows(halo_rows + b * halo * C, C, halo, C, a.conv_in + b * (halo + batch.seq) * C, C, false);
+    slice_rows(ops_, a.qk0, a.conv_in, batch.batch, batch.seq, halo, C, true);
+    conv_x = a.conv_in;
+  }
+  float* conv_out = scratch_.alloc<float>(size_t(conv_shape.batch * conv_shape.seq * C));
   float* conv_scratch =
-      scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1)));
-  ops_.cca_conv_forward(precision_, a.qk0, shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
-                        w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, a.dw, conv, conv_scratch);
+      scratch_.alloc<float>(size_t(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1)));
+  ops_.cca_conv_forward(precision_, conv_x, conv_shape, dims_.conv_time0, dims_.conv_time1, w.conv_dw_weight,
+                        w.conv_dw_bias, w.conv_g_weight, w.conv_g_bias, a.dw, conv_out, conv_scratch);
+  float* conv = conv_out;  // [T, C]
+  if (split) {
+    conv = scratch_.alloc<float>(size_t(T * C));
+    slice_rows(ops_, conv_out, conv, batch.batch, batch.seq, halo, C, false);
+  }
   ops_.copy_rows(a.q_res, QD, T, QD, a.q_pre, QD, false);
   ops_.copy_rows(conv, C, T, QD, a.q_pre, QD, true);
   ops_.copy_rows(a.k_res, KD, T, KD, a.k_pre, KD, false);
   ops_.copy_rows(conv + QD, C, T, KD, a.k_pre, KD, true);
 
+  // Context parallel, q, k and v live only until they are sent to their heads' ranks.
+  if (split) {
+    a.q = scratch_.alloc<float>(size_t(T * QD));
+    a.k = scratch_.alloc<float>(size_t(T * KD));
+    a.v = scratch_.alloc<float>(size_t(T * KD));
+  }
   ops_.l2norm_forward(a.q_pre, T, dims_.heads, D, nullptr, a.q, a.q_norms);
   ops_.l2norm_forward(a.k_pre, T, dims_.kv_heads, D, w.key_temp, a.k, a.k_norms);
   const float* cos = rope_cos_[size_t(layer)];
@@ -68,9 +113,26 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
     ops_.fill(first, half, 0.0f);
   }
   ops_.delay_forward(delayed, first, batch.batch, batch.seq, half, a.v + half, KD);
+  if (split) {  // a slice's first position takes the previous rank's last (the first rank's keeps `first`)
+    float* previous = scratch_.alloc<float>(size_t(batch.batch * half));  // [B, half]
+    halo_forward(delayed, half, half, 1, batch, previous);
+    if (context_group_->rank() > 0)
+      ops_.copy_rows(previous, half, batch.batch, half, a.v + half, batch.seq * KD, false);
+  }
 
-  ops_.attention_forward(precision_, a.q, a.k, a.v, batch.attention_mask, shape, 1.0f / std::sqrt(float(D)),
-                         a.o, a.lse);
+  const float scale = 1.0f / std::sqrt(float(D));
+  if (split) {
+    const HeadSplit query_heads = head_split(false), kv_heads = head_split(true);
+    to_heads(a.q, query_heads, batch, a.q_heads);
+    to_heads(a.k, kv_heads, batch, a.k_heads);
+    to_heads(a.v, kv_heads, batch, a.v_heads);
+    ops_.attention_forward(precision_, a.q_heads, a.k_heads, a.v_heads, nullptr, heads_shape(shape), scale,
+                           a.o_heads, a.lse);
+    from_heads(a.o_heads, query_heads, batch, a.o);
+    a.q = a.k = a.v = nullptr;  // scratch, gone with this layer's
+  } else {
+    ops_.attention_forward(precision_, a.q, a.k, a.v, batch.attention_mask, shape, scale, a.o, a.lse);
+  }
   a.o_in = product_input(a.o, T * QD, *attention_arena_);
   ops_.gemm(precision_, Trans::No, Trans::Yes, T, H, QD, 1.0f, a.o_in, QD, m.o_proj, QD, 0.0f, a.attn, H);
   if (w.o_bias) ops_.add_bias(a.attn, T, H, H, w.o_bias);
@@ -99,8 +161,26 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   float* d_q = f(T * QD);
   float* d_k = f(T * KD);
   float* d_v = f(T * KD);
-  ops_.attention_backward(precision_, a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape,
-                          1.0f / std::sqrt(float(D)), d_q, d_k, d_v);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const bool split = sliced(batch);
+  if (split) {
+    const HeadSplit query_heads = head_split(false), kv_heads = head_split(true);
+    const AttentionShape heads = heads_shape(shape);
+    const int64_t rows = heads.batch * heads.seq;  // whole sequences
+    float* d_o_heads = f(rows * heads.heads * D);
+    float* d_q_heads = f(rows * heads.heads * D);
+    float* d_k_heads = f(rows * heads.kv_heads * D);
+    float* d_v_heads = f(rows * heads.kv_heads * D);
+    to_heads(d_o, query_heads, batch, d_o_heads);
+    ops_.attention_backward(precision_, a.q_heads, a.k_heads, a.v_heads, nullptr, a.o_heads, a.lse, d_o_heads,
+                            heads, scale, d_q_heads, d_k_heads, d_v_heads);
+    from_heads(d_q_heads, query_heads, batch, d_q);
+    from_heads(d_k_heads, kv_heads, batch, d_k);
+    from_heads(d_v_heads, kv_heads, batch, d_v);
+  } else {
+    ops_.attention_backward(precision_, a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape, scale,
+                            d_q, d_k, d_v);
+  }
   const float* cos = rope_cos_[size_t(layer)];
   const float* sin = rope_sin_[size_t(layer)];
   ops_.rope(d_q, batch.batch, batch.seq, dims_.heads, D, rotary, cos, sin, true);
@@ -115,15 +195,46 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   ops_.copy_rows(d_q_pre, QD, T, QD, d_conv, C, false);
   ops_.copy_rows(d_k_pre, KD, T, KD, d_conv + QD, C, false);
   float* d_qk0 = f(T * C);
-  float* conv_scratch = f(ops_.cca_conv_scratch(shape, dims_.conv_time0, dims_.conv_time1));
-  ops_.cca_conv_backward(precision_, a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1,
-                         w.conv_dw_weight, w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias,
-                         g.conv_g_weight, g.conv_g_bias, conv_scratch);
+  // Context parallel: over the halo and the slice, as forward; the halo rows' gradient goes to the
+  // previous rank, and the next rank's is added to this slice's last rows.
+  const int64_t halo = split ? context_halo() : 0;
+  const AttentionShape conv_shape = halo_shape(shape, halo);
+  float* conv_scratch = f(ops_.cca_conv_scratch(conv_shape, dims_.conv_time0, dims_.conv_time1));
+  if (split) {
+    const int64_t rows = conv_shape.batch * conv_shape.seq;
+    float* d_conv_halo = f(rows * C);  // [B, halo + S, C]: no gradient at the halo's own outputs
+    float* d_x_halo = f(rows * C);
+    ops_.fill(d_conv_halo, rows * C, 0.0f);
+    slice_rows(ops_, d_conv, d_conv_halo, batch.batch, batch.seq, halo, C, true);
+    ops_.cca_conv_backward(precision_, a.conv_in, a.dw, d_conv_halo, conv_shape, dims_.conv_time0,
+                           dims_.conv_time1, w.conv_dw_weight, w.conv_g_weight, d_x_halo, g.conv_dw_weight,
+                           g.conv_dw_bias, g.conv_g_weight, g.conv_g_bias, conv_scratch);
+    slice_rows(ops_, d_x_halo, d_qk0, batch.batch, batch.seq, halo, C, false);
+    if (halo > 0) {
+      float* d_halo = f(batch.batch * halo * C);  // [B, halo, C]
+      for (int64_t b = 0; b < batch.batch; ++b)
+        ops_.copy_rows(d_x_halo + b * (halo + batch.seq) * C, C, halo, C, d_halo + b * halo * C, C, false);
+      halo_backward(d_halo, C, halo, batch, d_qk0, C);
+    }
+  } else {
+    ops_.cca_conv_backward(precision_, a.qk0, a.dw, d_conv, shape, dims_.conv_time0, dims_.conv_time1,
+                           w.conv_dw_weight, w.conv_g_weight, d_qk0, g.conv_dw_weight, g.conv_dw_bias,
+                           g.conv_g_weight, g.conv_g_bias, conv_scratch);
+  }
   ops_.qk_mean_backward(d_q_pre, d_k_pre, T, C, shape, d_qk0);
 
   // Values: the delayed half at position s came from x_{s-1}.
   float* d_delayed = f(T * half);
-  ops_.delay_backward(d_v + half, KD, batch.batch, batch.seq, half, d_delayed, g.v_delayed_bias);
+  // Context parallel, a slice's first delayed value came from the previous rank's last position: its
+  // gradient goes there (on the first rank, to `first`, the bias, as without a split).
+  const bool first_position = !split || context_group_->rank() == 0;
+  ops_.delay_backward(d_v + half, KD, batch.batch, batch.seq, half, d_delayed,
+                      first_position ? g.v_delayed_bias : nullptr);
+  if (split) {
+    float* d_previous = f(batch.batch * half);  // [B, half]
+    ops_.copy_rows(d_v + half, batch.seq * KD, batch.batch, half, d_previous, half, false);
+    halo_backward(d_previous, half, 1, batch, d_delayed, half);
+  }
   if (g.v_delayed_bias) ops_.bias_backward(d_delayed, T, half, half, g.v_delayed_bias);
   if (g.v_current_bias) ops_.bias_backward(d_v, T, half, KD, g.v_current_bias);
   // Each gradient below feeds two products: its weight's gradient and the input gradient.

@@ -29,8 +29,16 @@ struct LayerActivations {
   float* v = nullptr;        // [T, kv_heads * D] current half | delayed half
   float* o = nullptr;        // [T, heads * D] attention output
   Operand o_in;              // o as the products read it
-  float* lse = nullptr;      // [B, heads, S]
+  float* lse = nullptr;      // [B, heads, S]; context parallel [B, c, G S]
   float* attn = nullptr;     // [T, H] after o_proj
+  // Context parallel (model/context_parallel.cpp): this rank's slice holds S positions of sequences of G S
+  // (G ranks), and it attends over c of the heads and c_kv of the key-value heads.
+  float* conv_in = nullptr;  // [B, h + S, C] each sequence's h halo rows then its qk0 rows: the convolution's
+                             // input (dw then holds [B, h + S + k1 - 1, C])
+  float* q_heads = nullptr;  // [B, G S, c, D] q, k and v of whole sequences, this rank's heads (q, k and v
+  float* k_heads = nullptr;  // [B, G S, c_kv, D] themselves are not kept)
+  float* v_heads = nullptr;  // [B, G S, c_kv, D]
+  float* o_heads = nullptr;  // [B, G S, c, D]
 
   float* r1 = nullptr;     // [T, H] residual stream after attention
   float* rstd2 = nullptr;  // [T]

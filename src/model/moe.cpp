@@ -115,12 +115,13 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
   float* d_logits = f(T * routes);
   ops_.route_top1_backward(a.probs, a.choice, d_gate, T, routes, d_logits);
   if (aux_.enabled()) {
-    // Per token: switch_weight * E * sum_e f_e p_e + z_weight * lse^2, with f_e this batch's share of expert
-    // e (a constant) and the same loss_scale as the cross-entropy terms.
+    // Per token: switch_weight * E * sum_e f_e p_e + z_weight * lse^2, with f_e the batch's share of expert e
+    // (a constant; under context parallelism the whole sequences') and the same loss_scale as the
+    // cross-entropy terms.
     staging_.assign(size_t(routes), 0.0f);  // [routes]: the skip route's coefficient stays 0
-    const std::vector<int64_t>& counts = routing_[size_t(layer)].counts;
     for (int64_t e = 0; e < E; ++e) {
-      staging_[size_t(e)] = loss_scale_ * aux_.switch_weight * float(E) * float(counts[size_t(e)]) / float(T);
+      staging_[size_t(e)] = loss_scale_ * aux_.switch_weight * float(E) * float(batch_route_count(layer, e)) /
+                            float(batch_tokens_);
     }
     float* device_coef = f(routes);
     ops_.copy_from_host(device_coef, staging_.data(), size_t(routes) * sizeof(float));

@@ -6,6 +6,8 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/expert_exchange.h"
 #include "model/layer_activations.h"
 
@@ -109,6 +111,7 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
                              const LayerCallback& after_layer) {
   check_batch(host_batch, dims_);
   require_experts_reachable();
+  if (sliced(host_batch)) check_slice(host_batch);
   const int64_t T = host_batch.tokens(), H = dims_.hidden, R = dims_.router;
   arena_.reset();
   recomputed_.reset();
@@ -182,10 +185,12 @@ ForwardResult ZayaModel::run(const Batch& host_batch, bool keep_logits, bool tra
   result.logits = logits;
   result.expert_choice = expert_choice_;
   result.routing = &routing_;
-  for (const RouterLayerStats& stats : routing_) {
+  if (aux_.enabled()) sum_batch_route_counts(host_batch);
+  for (int64_t l = 0; aux_.enabled() && l < dims_.layers; ++l) {
+    const RouterLayerStats& stats = routing_[size_t(l)];
     for (int64_t e = 0; e < dims_.experts; ++e) {
-      result.aux_loss_sum += aux_.switch_weight * double(dims_.experts) * double(stats.counts[size_t(e)]) /
-                             double(T) * stats.prob_sums[size_t(e)];
+      result.aux_loss_sum += aux_.switch_weight * double(dims_.experts) * double(batch_route_count(l, e)) /
+                             double(batch_tokens_) * stats.prob_sums[size_t(e)];
     }
     result.aux_loss_sum += aux_.z_weight * stats.lse_square_sum;
   }
@@ -228,6 +233,20 @@ const float* ZayaModel::host_logits(const float* logits, int64_t rows) {
   return host_logits_.data();
 }
 
+void ZayaModel::sum_batch_route_counts(const Batch& batch) {
+  const int64_t routes = dims_.routes();
+  batch_route_counts_.resize(size_t(dims_.layers * routes));
+  for (int64_t l = 0; l < dims_.layers; ++l) {
+    const std::vector<int64_t>& counts = routing_[size_t(l)].counts;
+    std::copy(counts.begin(), counts.end(), batch_route_counts_.begin() + l * routes);
+  }
+  batch_tokens_ = batch.tokens();
+  if (sliced(batch)) {
+    context_group_->host().all_reduce_sum(batch_route_counts_.data(), int64_t(batch_route_counts_.size()));
+    batch_tokens_ *= context_group_->size();
+  }
+}
+
 void ZayaModel::reset_step_sums() {
   ops_.zero(step_sums_.data(), step_sums_.size());
 }
@@ -250,17 +269,31 @@ void ZayaModel::read_step_sums(ForwardResult& result) {
 void ZayaModel::allocate_attention(LayerActivations& a, const Batch& batch, Arena& arena) {
   const int64_t T = batch.tokens(), H = dims_.hidden, C = dims_.conv_channels();
   auto f = [&](int64_t count) { return arena.alloc<float>(size_t(count)); };
+  const bool split = sliced(batch);
+  const int64_t halo = split ? context_halo() : 0;
+  // Whole or split, a pass holds one of two sets of attention buffers; the other's stay null.
+  a.q = a.k = a.v = a.conv_in = a.q_heads = a.k_heads = a.v_heads = a.o_heads = nullptr;
   a.qk0 = f(T * C);
   a.q_res = f(T * dims_.q_dim());
   a.k_res = f(T * dims_.kv_dim());
-  a.dw = f(batch.batch * (batch.seq + dims_.conv_time1 - 1) * C);
+  a.dw = f(batch.batch * (halo + batch.seq + dims_.conv_time1 - 1) * C);
   a.q_pre = f(T * dims_.q_dim());
   a.k_pre = f(T * dims_.kv_dim());
   a.q_norms = f(T * dims_.heads);
   a.k_norms = f(T * dims_.kv_heads);
-  a.q = f(T * dims_.q_dim());
-  a.k = f(T * dims_.kv_dim());
-  a.v = f(T * dims_.kv_dim());
+  if (split) {  // q, k and v in scratch (model/cca_attention.cpp); whole sequences of this rank's heads here
+    const AttentionShape heads = heads_shape(AttentionShape{batch.batch, batch.seq, 0, 0, dims_.head_dim, 0});
+    const int64_t rows = heads.batch * heads.seq;
+    a.conv_in = f(batch.batch * (halo + batch.seq) * C);
+    a.q_heads = f(rows * heads.heads * dims_.head_dim);
+    a.k_heads = f(rows * heads.kv_heads * dims_.head_dim);
+    a.v_heads = f(rows * heads.kv_heads * dims_.head_dim);
+    a.o_heads = f(rows * heads.heads * dims_.head_dim);
+  } else {
+    a.q = f(T * dims_.q_dim());
+    a.k = f(T * dims_.kv_dim());
+    a.v = f(T * dims_.kv_dim());
+  }
   a.o = f(T * dims_.q_dim());
   a.lse = f(batch.batch * dims_.heads * batch.seq);
   a.attn = f(T * H);
@@ -339,6 +372,11 @@ void ZayaModel::rope_rows(int64_t layer, const int64_t* positions, int64_t count
 void ZayaModel::rope_tables(const Batch& batch) {
   rope_cos_.assign(size_t(dims_.layers), nullptr);
   rope_sin_.assign(size_t(dims_.layers), nullptr);
+  // A context-parallel slice is at its place in the whole sequence.
+  std::vector<int64_t> positions;
+  if (sliced(batch)) {
+    for (int64_t s = 0; s < batch.seq; ++s) positions.push_back(context_group_->rank() * batch.seq + s);
+  }
   // Layers of the same rotary size and base read one table.
   for (int64_t l = 0; l < dims_.layers; ++l) {
     const LayerDims& dims = dims_.layer[size_t(l)];
@@ -350,7 +388,8 @@ void ZayaModel::rope_tables(const Batch& batch) {
       rope_cos_[size_t(l)] = rope_cos_[size_t(same)];
       rope_sin_[size_t(l)] = rope_sin_[size_t(same)];
     } else {
-      rope_rows(l, nullptr, batch.seq, rope_cos_[size_t(l)], rope_sin_[size_t(l)]);
+      rope_rows(l, positions.empty() ? nullptr : positions.data(), batch.seq, rope_cos_[size_t(l)],
+                rope_sin_[size_t(l)]);
     }
   }
 }

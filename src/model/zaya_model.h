@@ -20,6 +20,7 @@ namespace zaya {
 
 class DeviceCommunicator;
 class Ops;
+struct AttentionShape;
 struct ExpertExchange;
 struct LayerActivations;
 struct Operand;
@@ -31,6 +32,10 @@ struct Batch {
   const int32_t* labels = nullptr;        // [batch, seq]: the target of each position, or kIgnoreLabel
   const float* attention_mask = nullptr;  // [batch, seq], 1 keep / 0 padding; null = no padding
   int64_t batch = 0, seq = 0;
+  // Context parallelism (ZayaModel::set_context_group): the batch is this rank's slice of sequences that
+  // the group's C ranks share, rank r of the group holding positions [r seq, (r + 1) seq) of each. Without
+  // it (or a group) the sequences are whole.
+  bool context_slice = false;
   int64_t tokens() const { return batch * seq; }
 };
 
@@ -94,11 +99,25 @@ class ZayaModel {
   // Null: all local. Throws Error when the group's size does not divide the experts or the store does not
   // hold this rank's experts.
   void set_expert_group(DeviceCommunicator* group);
+  // Context parallelism (model/context_parallel.cpp): the group's ranks share each sequence of a batch
+  // marked context_slice, one consecutive slice each; every rank of the group must make the same sequence
+  // of such calls, with slices of the same size. Batches not so marked run whole. Null: none. Throws Error
+  // unless the group's size divides the attention heads in whole key-value groups (or within one).
+  void set_context_group(DeviceCommunicator* group);
   // Called in forward_backward once each decoder layer's backward has added all of that layer's gradients
   // (layers last to first), so that their data-parallel reduction can start there. Empty: none.
   void set_layer_backward_hook(std::function<void(int64_t layer)> hook) {
     layer_backward_hook_ = std::move(hook);
   }
+  // Context parallelism's exchanges since the last reset: seconds in them (waiting for the group's slowest
+  // rank included; with NCCL/RCCL, which return once the exchange is queued, the queueing) and the bytes this
+  // rank sent to the others.
+  struct ExchangeTally {
+    double seconds = 0;
+    int64_t bytes = 0;
+  };
+  const ExchangeTally& context_exchange() const { return context_exchange_; }
+  void reset_context_exchange() { context_exchange_ = {}; }
   // A new RoPE base for every layer (a training stage may extend the context this way).
   void set_rope_theta(double theta) {
     for (LayerDims& layer : dims_.layer) layer.rope_theta = theta;
@@ -187,6 +206,14 @@ class ZayaModel {
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
   void reset_step_sums();
+  // The auxiliary loss's route counts, of the whole batch: under context parallelism, summed over the
+  // group's slices (a host collective).
+  void sum_batch_route_counts(const Batch& batch);
+  int64_t batch_route_count(int64_t layer, int64_t route) const {
+    return batch_route_counts_[size_t(layer * dims_.routes() + route)];
+  }
+  // Throws Error for a slice the context-parallel ops cannot take (padding, shorter than the halo).
+  void check_slice(const Batch& batch) const;
   void read_step_sums(ForwardResult& result);
   // Per layer in step_sums_, from layer_sums_offset: route counts (int64) [routes], probability sums
   // [routes], entropy, lse^2.
@@ -212,6 +239,32 @@ class ZayaModel {
   void require_experts_reachable() const;  // throws Error for a store of some experts without a group
   void experts_forward_parallel(int layer, LayerActivations& a, const float* x);
   void experts_backward_parallel(int layer, const float* d_y, float* d_x);
+  // Context parallelism. A batch this pass splits over the context group:
+  bool sliced(const Batch& batch) const;
+  // Positions before a slice that the convolutions read: (k0 - 1) + (k1 - 1).
+  int64_t context_halo() const;
+  // Which heads (of `heads`) each rank of the context group attends over: first[j], count[j] for rank j.
+  struct HeadSplit {
+    std::vector<int64_t> first, count;
+    int64_t heads = 0;
+  };
+  HeadSplit head_split(bool kv) const;
+  // The attention over whole sequences of this rank's heads, for a slice's shape.
+  AttentionShape heads_shape(AttentionShape shape) const;
+  // The last `rows` rows of each sequence's slice of x [B, L, n] (row stride ld) from the previous rank
+  // into halo [B, rows, n] (zeros on the group's first rank, as the padding before a sequence).
+  void halo_forward(const float* x, int64_t ld, int64_t n, int64_t rows, const Batch& batch, float* halo);
+  // Their gradient: d_halo [B, rows, n] goes to the previous rank, the next rank's is added to the last
+  // `rows` rows of each sequence's slice of dx [B, L, n] (row stride ld).
+  void halo_backward(const float* d_halo, int64_t n, int64_t rows, const Batch& batch, float* dx, int64_t ld);
+  // x [B, L, heads, D] (this rank's slice of every head) -> out [B, S, this rank's heads, D] (whole
+  // sequences of its heads), and back: y [B, S, this rank's heads, D] -> x [B, L, heads, D], summed over
+  // the ranks that share a head.
+  void to_heads(const float* x, const HeadSplit& split, const Batch& batch, float* out);
+  void from_heads(const float* y, const HeadSplit& split, const Batch& batch, float* x);
+  // The context group's all-to-all, timed and counted in context_exchange_.
+  void context_all_to_all(const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                          const std::vector<int64_t>& recv_counts);
   // The LM head and the loss over chunks of tokens; with train, the head's backward is fused in and the
   // gradient of the final norm's output lands in d_final.
   void head(const Batch& batch, const float* final_hidden, bool keep_logits, bool train, float loss_scale,
@@ -238,14 +291,18 @@ class ZayaModel {
   Arena* moe_arena_ = &arena_;
   Arena scratch_;  // temporaries of one layer's forward or backward: rewound after each
   std::vector<LayerActivations> layers_;
-  std::vector<RouterLayerStats> routing_;  // the host's copy of the router statistics, per layer
-  AlignedBuffer step_sums_;                // [1 + layers * layer_sums()] doubles: the loss, then per layer
-  std::vector<double> host_sums_;          // step_sums_ read to the host
+  std::vector<RouterLayerStats> routing_;    // the host's copy of the router statistics, per layer
+  AlignedBuffer step_sums_;                  // [1 + layers * layer_sums()] doubles: the loss, then per layer
+  std::vector<double> host_sums_;            // step_sums_ read to the host
+  std::vector<int64_t> batch_route_counts_;  // [layers, routes], sum_batch_route_counts's
+  int64_t batch_tokens_ = 0;                 // the tokens those were counted over
   // Host values on their way to the backend's memory (RoPE tables, aux coefficients); capacity kept.
   std::vector<float> staging_;
   std::vector<float> host_logits_;  // host_logits's copy
   RouterAuxLoss aux_;
   DeviceCommunicator* expert_group_ = nullptr;
+  DeviceCommunicator* context_group_ = nullptr;
+  ExchangeTally context_exchange_;
   std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
   std::function<void(int64_t)> layer_backward_hook_;
   bool training_ = false;  // the current pass is forward_backward's

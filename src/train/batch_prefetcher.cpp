@@ -4,14 +4,15 @@
 
 namespace zaya {
 
-void split_windows(const std::vector<int32_t>& windows, int64_t count, int64_t seq, std::vector<int32_t>& ids,
-                   std::vector<int32_t>& labels) {
+void split_windows(const std::vector<int32_t>& windows, int64_t count, int64_t seq, int slice, int slices,
+                   std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
   ids.clear();
   labels.clear();
+  const int64_t length = seq / slices;
   for (int64_t w = 0; w < count; ++w) {
-    const int32_t* window = windows.data() + w * (seq + 1);
-    ids.insert(ids.end(), window, window + seq);
-    labels.insert(labels.end(), window + 1, window + seq + 1);
+    const int32_t* window = windows.data() + w * (seq + 1) + slice * length;
+    ids.insert(ids.end(), window, window + length);
+    labels.insert(labels.end(), window + 1, window + length + 1);
   }
 }
 

@@ -11,9 +11,10 @@
 
 namespace zaya {
 
-// Windows [count, seq + 1] into model inputs [count, seq] and their next-token labels [count, seq].
-void split_windows(const std::vector<int32_t>& windows, int64_t count, int64_t seq, std::vector<int32_t>& ids,
-                   std::vector<int32_t>& labels);
+// Windows [count, seq + 1] into model inputs and their next-token labels, [count, seq / slices] each: the
+// positions of slice `slice` of `slices` equal ones (context parallelism; the whole sequence with 0 of 1).
+void split_windows(const std::vector<int32_t>& windows, int64_t count, int64_t seq, int slice, int slices,
+                   std::vector<int32_t>& ids, std::vector<int32_t>& labels);
 
 class BatchPrefetcher {
  public:

@@ -31,7 +31,7 @@ EvalMetrics Evaluator::run(ZayaModel& model, int64_t stage) {
   const int64_t mine = share.count;
   std::vector<int32_t> data(size_t(mine * (seq + 1))), ids, labels;
   loader_->next(windows, share.first, mine, data.data());
-  split_windows(data, mine, seq, ids, labels);
+  split_windows(data, mine, seq, 0, 1, ids, labels);
   double loss = 0;
   int64_t labelled = 0, bytes = 0;
   const bool count_bytes = bytes_[size_t(stage)] == 0;

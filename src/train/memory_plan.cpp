@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "backend/planning_ops.h"
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/parameters.h"
 #include "model/zaya_model.h"
 #include "optim/optimizer.h"
@@ -12,6 +17,53 @@
 
 namespace zaya {
 namespace {
+
+// A context group for planning: C ranks whose collectives move nothing (the planning backend computes
+// nothing either); the model allocates for its slice as it would on rank 0 of a real group.
+class PlanningHost final : public Communicator {
+ public:
+  explicit PlanningHost(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  int local_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_sum(int64_t*, int64_t) override {}
+  void all_reduce_max(int64_t*, int64_t) override {}
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
+                                                              std::vector<int64_t>) override {
+    throw Error("a planning group does not reduce");
+  }
+  void all_gather(float*, const std::vector<int64_t>&) override {}
+  void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {}
+  void broadcast(void*, int64_t, int) override {}
+  std::vector<std::string> all_gather_strings(const std::string& mine) override {
+    return std::vector<std::string>(size_t(size_), mine);
+  }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { throw Error("a planning group does not split"); }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+
+ private:
+  int size_;
+};
+
+class PlanningGroup final : public DeviceCommunicator {
+ public:
+  explicit PlanningGroup(int size) : host_(size) {}
+  Communicator& host() override { return host_; }
+  std::string engine() const override { return "planning"; }
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float*, float*,
+                                                              std::vector<int64_t>) override {
+    throw Error("a planning group does not reduce");
+  }
+  void all_gather(float*, const std::vector<int64_t>&) override {}
+  void all_to_all(const float*, const std::vector<int64_t>&, float*, const std::vector<int64_t>&) override {}
+
+ private:
+  PlanningHost host_;
+};
 
 // ZeRO-1 as TrainingRun shards it: the dense parameters over every rank, the experts over the ranks that
 // hold the same ones.
@@ -61,15 +113,20 @@ int fullest_rank(const std::vector<ParamAssignment>& assignments, const ZeroShar
 // arenas' high water, and a second, with the arenas reserved at that as the trainer reserves them, what a
 // step allocates besides.
 void plan_step(const ModelDims& dims, const MemoryLayout& layout, Ops& device, MemoryPlan& plan) {
-  const std::vector<int32_t> ids(size_t(layout.micro_batch * layout.seq), 0);
-  const std::vector<int32_t> labels = shifted_labels(ids.data(), layout.micro_batch, layout.seq);
-  const Batch batch{ids.data(), labels.data(), nullptr, layout.micro_batch, layout.seq};
+  // Context parallel, a rank's slice of each sequence.
+  const int64_t slice = layout.seq / layout.context_parallel;
+  const std::vector<int32_t> ids(size_t(layout.micro_batch * slice), 0);
+  const std::vector<int32_t> labels = shifted_labels(ids.data(), layout.micro_batch, slice);
+  Batch batch{ids.data(), labels.data(), nullptr, layout.micro_batch, slice};
+  batch.context_slice = layout.context_parallel > 1;
   const float loss_scale = 1.0f / float(batch.tokens());
+  PlanningGroup context(layout.context_parallel);
   {
     PlanningOps planning(device);
     ParameterStore params(dims, ExpertSlice{}, planning.memory());
     ZayaModel model(params, planning, layout.precision);
     model.set_recompute(layout.recompute);
+    model.set_context_group(&context);
     model.forward_backward(batch, loss_scale);
     plan.activations = int64_t(model.activation_bytes());
     plan.recomputed = int64_t(model.recomputed_bytes());
@@ -79,6 +136,7 @@ void plan_step(const ModelDims& dims, const MemoryLayout& layout, Ops& device, M
   ParameterStore params(dims, ExpertSlice{}, planning.memory());
   ZayaModel model(params, planning, layout.precision);
   model.set_recompute(layout.recompute);
+  model.set_context_group(&context);
   params.zero_grads();  // allocates the gradients, counted apart
   model.reserve_arenas(size_t(plan.activations), size_t(plan.recomputed), size_t(plan.scratch));
   const size_t before = planning.live_bytes();
@@ -102,6 +160,12 @@ MemoryPlan plan_memory(const ModelDims& dims, const std::vector<GroupRule>& grou
   }
   if (layout.micro_batch < 1 || layout.seq < 1)
     throw Error("a micro-batch of no tokens").field("micro_batch");
+  const int C = layout.context_parallel;
+  if (C < 1 || layout.ranks % C != 0 || layout.seq % C != 0) {
+    throw Error(cat("context parallelism over ", C, " ranks needs the ranks (", layout.ranks,
+                    ") and the sequence (", layout.seq, ") to be multiples of ", C))
+        .field("run.context_parallel");
+  }
   MemoryPlan plan;
   PlanningOps planning(device);
   ParameterStore params(dims, ExpertSlice{0, dims.experts / P}, planning.memory());

@@ -18,11 +18,12 @@ namespace zaya {
 class Ops;
 
 struct MemoryLayout {
-  int ranks = 1;            // data-parallel ranks in all
+  int ranks = 1;            // ranks in all
   int expert_parallel = 1;  // ranks sharing one copy of the experts (run.expert_parallel)
   int64_t micro_batch = 1, seq = 1;
   Precision precision = Precision::F32;
   Recompute recompute = Recompute::None;
+  int context_parallel = 1;  // ranks sharing each sequence, a slice each (run.context_parallel)
 };
 
 // Bytes on the rank that holds the most (ZeRO-1 shards are balanced by arithmetic, not bytes).

@@ -67,6 +67,7 @@ void MetricsLog::step(const StepMetrics& m) {
     record["ranks"] = m.ranks;
     record["communication_seconds"] = m.communication_seconds;
     record["gradient_reduction_seconds"] = m.gradient_seconds;
+    if (m.context_seconds > 0) record["context_exchange_seconds"] = m.context_seconds;
     record["communication_bytes"] = m.communication_bytes;
   }
   nlohmann::json routing = nlohmann::json::array();

@@ -23,6 +23,7 @@ struct StepMetrics {
   double tokens_per_second = 0, mfu = 0, eta_seconds = 0;
   double step_seconds = 0, communication_seconds = 0;  // the step, and its collectives on rank 0
   double gradient_seconds = 0;                         // of which the gradient reduction's
+  double context_seconds = 0;                          // and context parallelism's exchanges
   int64_t communication_bytes = 0;                     // rank 0's payload to the collectives
   int64_t sequences = 0, seq_len = 0, ranks = 1;
   bool skipped = false;

@@ -146,6 +146,8 @@ void read_run(TomlReader section, RunSection& out) {
   out.adapt_threads = section.boolean("adapt_threads", out.adapt_threads);
   out.expert_parallel = section.integer32("expert_parallel", out.expert_parallel);
   if (out.expert_parallel < 1) section.fail("expert_parallel", "must be at least 1");
+  out.context_parallel = section.integer32("context_parallel", out.context_parallel);
+  if (out.context_parallel < 1) section.fail("context_parallel", "must be at least 1");
   out.hang_timeout_s = section.number("hang_timeout_s", out.hang_timeout_s);
   if (!(out.hang_timeout_s >= 0 && out.hang_timeout_s <= 1e7))
     section.fail("hang_timeout_s", "must be between 0 (never) and 10000000 seconds");

@@ -26,6 +26,9 @@ struct RunSection {
   bool adapt_threads = true;
   // Ranks that share each layer's experts (consecutive ranks; must divide the rank count and the experts).
   int expert_parallel = 1;
+  // Ranks that share each sequence, one consecutive slice each (consecutive ranks; must divide the rank
+  // count, the attention heads and every stage's seq_len): ranks = data parallel x context parallel.
+  int context_parallel = 1;
   // Data parallel: the size of a gradient bucket, whose reduction over the ranks starts as soon as the
   // backward pass has finished its layers (0: one reduction after the backward pass).
   double gradient_bucket_mb = 25;

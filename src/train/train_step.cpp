@@ -89,6 +89,7 @@ TrainStep::RoutedSums TrainStep::forward_backward(const std::vector<Batch>& micr
   // once the layers in it are final). Collective: a rank without micro-batches, or a step with a
   // non-finite loss, takes part all the same.
   for (auto& reducer : reducers_) reducer->start(params.grads());
+  model_.reset_context_exchange();
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     if (!reducers_.empty() && m + 1 == micro_batches.size()) {
       model_.set_layer_backward_hook([this](int64_t layer) {
@@ -109,6 +110,9 @@ TrainStep::RoutedSums TrainStep::forward_backward(const std::vector<Batch>& micr
       to.lse_square_sum += from.lse_square_sum;
     }
   }
+  report.context_seconds = model_.context_exchange().seconds;
+  report.communication_seconds += report.context_seconds;
+  report.communication_bytes += model_.context_exchange().bytes;
   if (!reducers_.empty()) {
     model_.set_layer_backward_hook({});
     for (auto& reducer : reducers_) {

@@ -45,6 +45,7 @@ struct StepReport {
   double communication_seconds = 0;  // in collectives (including waiting for the slowest rank), not
                                      // counting the gradient buckets' time in flight behind the backward
   double gradient_seconds = 0;       // of which the gradient reduction's
+  double context_seconds = 0;        // of which context parallelism's exchanges (inside the model's passes)
   int64_t communication_bytes = 0;   // handed to them by this rank (the experts' all-to-alls not counted)
   double lr_factor = 0;
   OptimizerStepStats optimizer;

@@ -157,6 +157,7 @@ void TrainingRun::check_inputs() {
 // E / P of them; the ranks with the same experts (every P-th) reduce their gradients together.
 void TrainingRun::build_model() {
   dims_ = model_dims(model_config_);
+  build_context_groups();
   const int P = expert_parallel_ = std::max(1, config_.run.expert_parallel);
   if (ranks_ % P != 0 || dims_.experts % P != 0) {
     throw Error(cat("expert parallelism over ", P, " ranks needs the ranks (", ranks_, ") and the experts (",
@@ -190,6 +191,26 @@ void TrainingRun::build_model() {
   expert_shards_ = std::make_unique<OptimizerShards>(experts);
 }
 
+// Context parallel: consecutive groups of C ranks share each sequence, rank r of a group holding its r-th
+// slice; every stage's sequences must split into slices at least as long as the convolutions' halo.
+void TrainingRun::build_context_groups() {
+  const int C = context_parallel_ = std::max(1, config_.run.context_parallel);
+  auto refuse = [&](const std::string& why) {
+    return Error(cat("context parallelism over ", C, " ranks ", why))
+        .file(config_.source)
+        .field("run.context_parallel");
+  };
+  if (ranks_ % C != 0) throw refuse(cat("needs a multiple of ", C, " ranks; the run has ", ranks_));
+  const int64_t halo = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
+  for (const StageConfig& stage : config_.stages) {
+    if (stage.seq_len % C != 0 || stage.seq_len / C < std::max<int64_t>(1, halo)) {
+      throw refuse(cat("splits stage '", stage.name, "''s sequences of ", stage.seq_len, " tokens into ", C,
+                       " equal slices of at least ", std::max<int64_t>(1, halo), " tokens: they do not"));
+    }
+  }
+  if (C > 1) context_group_ = comm_->split(rank_ / C, rank_);
+}
+
 // The collectives on the device's memory of the world and of the expert groups (collective: every rank
 // makes them in the same order). NCCL's do not pass through the watched host communicators, so they are
 // watched themselves.
@@ -206,6 +227,7 @@ void TrainingRun::build_collectives() {
       expert_collectives_ = make(*expert_group_, "its expert group");
       expert_holders_collectives_ = make(*expert_holders_group_, "the ranks holding its experts");
     }
+    if (context_group_) context_collectives_ = make(*context_group_, "its context group");
   } catch (Error& e) {
     throw e.file(config_.source);
   }
@@ -218,6 +240,7 @@ void TrainingRun::check_memory() {
   MemoryLayout layout;
   layout.ranks = ranks_;
   layout.expert_parallel = expert_parallel_;
+  layout.context_parallel = context_parallel_;
   layout.micro_batch = config_.batch.micro_batch;
   for (const StageConfig& stage : config_.stages) layout.seq = std::max(layout.seq, stage.seq_len);
   layout.precision = precision_.precision;
@@ -261,6 +284,11 @@ void TrainingRun::build_step() {
                          size_t(memory_plan_.scratch));
   model_->set_router_aux_loss(config_.aux_loss);
   model_->set_expert_group(expert_collectives_.get());
+  try {
+    model_->set_context_group(context_collectives_.get());
+  } catch (Error& e) {
+    throw e.file(config_.source);
+  }
   DeviceCommunicator& expert_holders =
       expert_holders_collectives_ ? *expert_holders_collectives_ : *dense_collectives_;
   train_step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *balancing_,
@@ -297,7 +325,7 @@ void TrainingRun::restore_state() {
 // every rank of a group must run as many micro-batches as the others (each is a collective of the group):
 // the batch is a multiple of micro_batch x ranks.
 void TrainingRun::build_data() {
-  ramp_ = std::make_unique<BatchRamp>(config_.batch, expert_group_ ? ranks_ : 1);
+  ramp_ = std::make_unique<BatchRamp>(config_.batch, expert_group_ ? ranks_ / context_parallel_ : 1);
   std::vector<StageData> stage_data;
   for (const StageConfig& stage : config_.stages) stage_data.push_back({stage.seq_len, stage.mixture});
   loader_ = std::make_unique<DataLoader>(stage_data, config_.run.seed, dims_.vocab);
@@ -340,9 +368,13 @@ TrainResult TrainingRun::run() {
 
 void TrainingRun::announce() {
   const ModelStats stats = model_stats(*whole_model_, dims_, config_.stages[size_t(plan_.stage)].seq_len);
+  const int data_ranks = ranks_ / context_parallel_;
   const std::string parallel =
       ranks_ == 1 ? ""
-                  : cat("; ", ranks_, " data-parallel ranks",
+                  : cat("; ", data_ranks, " data-parallel rank", data_ranks == 1 ? "" : "s",
+                        context_parallel_ > 1
+                            ? cat(" of ", context_parallel_, " sharing each sequence (context parallel)")
+                            : "",
                         expert_group_ ? cat(", experts shared by groups of ", expert_parallel_, " (",
                                             dims_.experts / expert_parallel_, " of each layer's ",
                                             dims_.experts, " per rank)")
@@ -375,7 +407,8 @@ void TrainingRun::announce() {
 // From here on an error is a failure of the run in progress, not of its input (zaya train's exit codes).
 TrainResult TrainingRun::train() {
   enter_stage(plan_.stage);
-  BatchPrefetcher prefetch(*loader_, config_.batch.micro_batch, rank_, ranks_);
+  BatchPrefetcher prefetch(*loader_, config_.batch.micro_batch, rank_ / context_parallel_,
+                           ranks_ / context_parallel_);
   prefetch.request(plan_.stage, plan_.sequences);
   last_save_ = Clock::now();
   if (config_.run.adapt_threads) governor_ = std::make_unique<ThreadGovernor>();
@@ -420,10 +453,15 @@ TrainingRun::StepDone TrainingRun::step(const BatchPrefetcher::Batch& batch) {
   const int64_t seq = batch.seq_len, micro = config_.batch.micro_batch;
   StepDone done;
   done.tokens = batch.sequences * seq;
-  split_windows(batch.windows, batch.mine, seq, ids_, labels_);
+  // Context parallel, this rank's slice of each sequence.
+  const int64_t slice = seq / context_parallel_;
+  split_windows(batch.windows, batch.mine, seq, rank_ % context_parallel_, context_parallel_, ids_, labels_);
   std::vector<Batch> micro_batches;
-  for (int64_t first = 0; first < batch.mine; first += micro)
-    micro_batches.push_back({ids_.data() + first * seq, labels_.data() + first * seq, nullptr, micro, seq});
+  for (int64_t first = 0; first < batch.mine; first += micro) {
+    Batch& b = micro_batches.emplace_back(
+        Batch{ids_.data() + first * slice, labels_.data() + first * slice, nullptr, micro, slice});
+    b.context_slice = context_parallel_ > 1;
+  }
   done.lr_factor = lr_multiplier(config_.schedule, state_.tokens + done.tokens, total_tokens_) *
                    ramp_->lr_factor(state_.tokens) * stage.lr_multiplier;
 
@@ -490,6 +528,7 @@ StepMetrics TrainingRun::step_metrics(const StepDone& done, const BatchPrefetche
   m.step_seconds = done.seconds;
   m.communication_seconds = report.communication_seconds;
   m.gradient_seconds = report.gradient_seconds;
+  m.context_seconds = report.context_seconds;
   m.communication_bytes = report.communication_bytes;
   m.sequences = batch.sequences;
   m.seq_len = batch.seq_len;

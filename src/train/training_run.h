@@ -75,6 +75,7 @@ class TrainingRun {
   void take_run_directory(bool force);
   void check_inputs();
   void build_model();
+  void build_context_groups();
   void build_collectives();
   void check_memory();
   void restore_state();
@@ -120,8 +121,14 @@ class TrainingRun {
   ModelDims dims_;
   int expert_parallel_ = 1;  // P: consecutive groups of P ranks share each layer's experts
   std::unique_ptr<Communicator> expert_group_, expert_holders_group_;
-  // Their collectives on the device's memory (the world's, the expert group's, its experts' holders').
-  std::unique_ptr<DeviceCommunicator> dense_collectives_, expert_collectives_, expert_holders_collectives_;
+  // C: consecutive groups of C ranks share each sequence, a slice each; the data-parallel ranks are the
+  // groups (ranks_ / C), rank_ / C this one's.
+  int context_parallel_ = 1;
+  std::unique_ptr<Communicator> context_group_;
+  // Their collectives on the device's memory (the world's, the expert group's, its experts' holders', the
+  // context group's).
+  std::unique_ptr<DeviceCommunicator> dense_collectives_, expert_collectives_, expert_holders_collectives_,
+      context_collectives_;
   std::string collectives_note_;  // why run.communicator "auto" did not take NCCL/RCCL ("" if it did)
   std::vector<std::string> rank_devices_;  // on a GPU with several ranks: each rank's host and GPU
   std::unique_ptr<ParameterStore> params_;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Training over MPI on this machine (loopback): 2 data-parallel ranks, 2 expert-parallel ranks, and 4 ranks
-# as 2 data-parallel groups of 2 expert-parallel ones, each against one process with the same global batch
+# Training over MPI on this machine (loopback): 2 data-parallel ranks, 2 expert-parallel ranks, 4 ranks as 2
+# data-parallel groups of 2 expert-parallel ones, and context parallel layouts (each sequence split over 2
+# or 4 ranks, with data and expert parallelism), each against one process with the same global batch
 # (losses, evaluation, weights, sample); a rank that fails mid-run ending the job with its reason; a run
-# saved at 2 ranks resumed at 1, and an expert-parallel one saved at 2 resumed at 4; ranks that disagree on
-# the configuration.
+# saved at 2 ranks resumed at 1, an expert-parallel one saved at 2 resumed at 4, a context-parallel one
+# saved split over 2 resumed whole and split over 4; ranks that disagree on the configuration.
 # Usage: distributed_test.sh ZAYA_BINARY COMPARE_TENSORS_BINARY CONFIGS_DIR
 set -u
 zaya=$1 compare=$2 configs=$3
@@ -39,6 +40,11 @@ if "$zaya" bench step --preset tiny --batch 1 --seq 8 --steps 1 | grep -q "preci
     || { fail "bf16 runs"; tail -5 "$tmp/one-bf16.log" "$tmp/two-bf16.log"; }
   out=$(BOUND=1e-3 same_losses "$tmp/one-bf16" "$tmp/two-bf16") && ok "bf16 losses at 2 ranks: $out" \
     || fail "bf16 losses at 2 ranks: $out"
+  # Context parallel in bf16: the same bound (the gradient sums' order differs as with data parallelism).
+  "${mpirun[@]}" -np 2 "$zaya" "${args[@]}" "${bf16[@]}" --set run.context_parallel=2 --run-dir "$tmp/cp-bf16" \
+    > "$tmp/cp-bf16.log" 2>&1 || { fail "bf16 context-parallel run"; tail -5 "$tmp/cp-bf16.log"; }
+  out=$(BOUND=1e-3 same_losses "$tmp/one-bf16" "$tmp/cp-bf16") && ok "bf16 losses, context groups of 2: $out" \
+    || fail "bf16 losses, context groups of 2: $out"
 else
   echo "skipped: bf16 at 2 ranks (this CPU has neither AVX512-BF16 nor AMX)"
 fi
@@ -62,6 +68,44 @@ for layout in "2 2" "4 2"; do
     && ok "sample at $n ranks, expert groups of $ep" \
     || fail "sample at $n ranks, expert groups of $ep: $(sample "$tmp/ep$n") vs $(sample "$tmp/one")"
 done
+# Context parallel: each sequence split over 2 ranks, 4 ranks as 2 data-parallel groups of 2, 4 ranks on one
+# sequence (a query head each, two to a key-value head), and 2 groups of 2 sharing the experts too. The
+# tiny model has a full and a sliding-window layer (64 keys: at the 128-token stage the window spans the
+# split); the documents are packed into the sequences, so boundaries fall anywhere, the split's included.
+for layout in "2 2 1" "4 2 1" "4 4 1" "4 2 2"; do
+  read -r n cp ep <<<"$layout"
+  name="$n ranks, context groups of $cp, expert groups of $ep"
+  "${mpirun[@]}" -np $n "$zaya" "${args[@]}" --set run.context_parallel=$cp --set run.expert_parallel=$ep \
+    --run-dir "$tmp/cp$n-$cp-$ep" > "$tmp/cp$n-$cp-$ep.log" 2>&1 \
+    && grep -q "$((n / cp)) data-parallel ranks\? of $cp sharing each sequence (context parallel)" "$tmp/cp$n-$cp-$ep.log" \
+    && ok "$name: train" || { fail "$name: train"; tail -5 "$tmp/cp$n-$cp-$ep.log"; }
+  out=$(same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep") && ok "$name: losses $out" || fail "$name: losses $out"
+  out=$(same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep" eval) && ok "$name: evaluation $out" \
+    || fail "$name: evaluation $out"
+  out=$("$compare" "$(final "$tmp/cp$n-$cp-$ep")" "$(final "$tmp/one")" 1e-5) && ok "$name: weights $out" \
+    || fail "$name: weights $out"
+  [ "$(sample "$tmp/cp$n-$cp-$ep")" = "$(sample "$tmp/one")" ] && ok "$name: sample" || fail "$name: sample"
+done
+out=$("${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set run.context_parallel=3 --run-dir "$tmp/cp3" 2>&1)
+[ $? -ne 0 ] && grep -q "field 'run.context_parallel': context parallelism over 3 ranks needs a multiple of 3" <<<"$out" \
+  && ok "context groups that do not divide the ranks" || fail "context groups that do not divide the ranks: $out"
+# Saved with each sequence split over 2 ranks, resumed whole on one process and split over 4 ranks: both
+# end where the one-process run did (the sums' order differs with the split: within the same 1e-5).
+"${mpirun[@]}" -np 2 "$zaya" "${args[@]}" --set checkpoint.every_steps=5 --set run.context_parallel=2 \
+  --set debug.fail_rank=1 --set debug.fail_step=13 --run-dir "$tmp/cp_fault" > "$tmp/cp_fault.log" 2>&1
+cp -r "$tmp/cp_fault" "$tmp/cp_fault4"
+for resumed in "1 1 cp_fault" "4 4 cp_fault4"; do
+  read -r n cp dir <<<"$resumed"
+  "${mpirun[@]}" -np $n "$zaya" "${args[@]}" --set checkpoint.every_steps=5 --set run.context_parallel=$cp \
+    --run-dir "$tmp/$dir" > "$tmp/$dir.resume.log" 2>&1 \
+    && from=$(grep -o "resuming .*step_\(5\|10\)" "$tmp/$dir.resume.log") \
+    && ok "context groups: saved split over 2, resumed over $cp (${from##*/})" \
+    || { fail "context groups: resume over $cp"; tail -5 "$tmp/$dir.resume.log"; }
+  out=$(same_losses "$tmp/$dir" "$tmp/one") && ok "losses after that resume: $out" || fail "losses after that resume: $out"
+  out=$("$compare" "$(final "$tmp/$dir")" "$(final "$tmp/one")" 1e-5) && ok "weights after that resume: $out" \
+    || fail "weights after that resume: $out"
+done
+
 # Whether every .safetensors file of model directory $1 is byte for byte the one of $2.
 same_tensor_files() {
   local tensors

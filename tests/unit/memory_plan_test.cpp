@@ -52,6 +52,27 @@ TEST(MemoryPlan, OneRankHoldsTheWholeModelAndItsState) {
   }
 }
 
+// Context parallel: a rank keeps the activations of its slice of each sequence, 1/C of them and a little
+// more: the attention output in both layouts (the slice's, o_proj's input; the whole sequences' of its
+// heads, attention's backward's), and with more ranks than key-value heads each rank's copy of one (small's
+// 4 heads, 2 key-value heads: 1.10/C at C = 2, 1.14/C at C = 4). The model's state is unchanged; a layout
+// whose sequence or ranks C does not divide is refused.
+TEST(MemoryPlan, ContextParallelKeepsASliceOfTheActivations) {
+  const ModelDims dims = model_dims(preset_config("small"));
+  MemoryLayout layout{4, 1, 2, 1024, Precision::F32};
+  const MemoryPlan whole = plan_memory(dims, default_group_rules(), layout, cpu_ops());
+  for (const int C : {2, 4}) {
+    layout.context_parallel = C;
+    const MemoryPlan split = plan_memory(dims, default_group_rules(), layout, cpu_ops());
+    EXPECT_EQ(split.weights, whole.weights) << C;
+    EXPECT_EQ(split.momentum, whole.momentum) << C;
+    EXPECT_GT(split.activations, whole.activations / C) << C;
+    EXPECT_LT(split.activations, whole.activations / C * 6 / 5) << C;
+  }
+  layout.context_parallel = 3;
+  EXPECT_THROW(plan_memory(dims, default_group_rules(), layout, cpu_ops()), Error);
+}
+
 // Four ranks, experts over groups of two: a rank holds the dense parameters and half the experts, and
 // keeps optimizer state for about a quarter of the dense floats and half of its experts' (ZeRO-1 over the
 // ranks, and over the two ranks holding the same experts), never less than an even share.

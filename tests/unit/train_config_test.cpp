@@ -208,6 +208,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[nonsense]\n", "field 'nonsense': unknown key"},
         BadCase{"[optimizer]\ngrad_clip = -1\n", "grad_clip"},
         BadCase{"[run]\ngradient_bucket_mb = -1\n", "field 'run.gradient_bucket_mb': must be between 0"},
+        BadCase{"[run]\ncontext_parallel = 0\n", "field 'run.context_parallel': must be at least 1"},
         BadCase{"[run]\nrecompute = \"some\"\n",
                 "field 'run.recompute': expected \"none\", \"attention\" or"},
         BadCase{"[run]\ncommunicator = \"gloo\"\n",
