@@ -108,6 +108,13 @@ check "info --memory with a size that is not one" 1 "field '--device-memory': ex
   "$zaya" info --preset tiny --memory --device-memory 80parsecs
 check "info --memory with experts that do not divide" 1 "field 'run.expert_parallel'" -- \
   "$zaya" info --preset tiny --memory --ranks 3 --expert-parallel 3
+check "info --memory --context-parallel 2: a rank's slice, on as many ranks" 0 \
+  "memory per rank: 2 ranks, expert parallel 1, context parallel 2, micro-batch 1 x 128 tokens" -- \
+  "$zaya" info --preset tiny --memory --context-parallel 2 --seq 128
+check "info --memory with a sequence the context groups do not divide" 1 "field 'run.context_parallel'" -- \
+  "$zaya" info --preset tiny --memory --context-parallel 2 --seq 127
+check "info --memory with context groups that do not divide the heads" 1 "field 'run.context_parallel'" -- \
+  "$zaya" info --preset tiny --memory --context-parallel 8 --seq 128
 check "a model under ulimit -v 400 MB: an error, not a crash" 1 "may map 390 MiB (ulimit -v)" -- \
   bash -c 'ulimit -v 400000; exec "$0" bench step --preset tiny --batch 1 --seq 16 --steps 1' "$zaya"
 check "init of a model larger than ulimit -v allows" 1 "this process may map" -- \

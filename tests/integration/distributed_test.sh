@@ -72,6 +72,7 @@ done
 # sequence (a query head each, two to a key-value head), and 2 groups of 2 sharing the experts too. The
 # tiny model has a full and a sliding-window layer (64 keys: at the 128-token stage the window spans the
 # split); the documents are packed into the sequences, so boundaries fall anywhere, the split's included.
+# Losses agree to 1e-6, weights to 1e-5 relative (the gradient sums' order differs with the split).
 for layout in "2 2 1" "4 2 1" "4 4 1" "4 2 2"; do
   read -r n cp ep <<<"$layout"
   name="$n ranks, context groups of $cp, expert groups of $ep"
@@ -79,8 +80,8 @@ for layout in "2 2 1" "4 2 1" "4 4 1" "4 2 2"; do
     --run-dir "$tmp/cp$n-$cp-$ep" > "$tmp/cp$n-$cp-$ep.log" 2>&1 \
     && grep -q "$((n / cp)) data-parallel ranks\? of $cp sharing each sequence (context parallel)" "$tmp/cp$n-$cp-$ep.log" \
     && ok "$name: train" || { fail "$name: train"; tail -5 "$tmp/cp$n-$cp-$ep.log"; }
-  out=$(same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep") && ok "$name: losses $out" || fail "$name: losses $out"
-  out=$(same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep" eval) && ok "$name: evaluation $out" \
+  out=$(BOUND=1e-6 same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep") && ok "$name: losses $out" || fail "$name: losses $out"
+  out=$(BOUND=1e-6 same_losses "$tmp/one" "$tmp/cp$n-$cp-$ep" eval) && ok "$name: evaluation $out" \
     || fail "$name: evaluation $out"
   out=$("$compare" "$(final "$tmp/cp$n-$cp-$ep")" "$(final "$tmp/one")" 1e-5) && ok "$name: weights $out" \
     || fail "$name: weights $out"

@@ -2,7 +2,8 @@
 # Ranks on GPUs, through the emulator: each rank of an MPI job runs the GPU backend (zaya-emulated,
 # run.device "emulated") and moves its gradients, parameters and expert rows with the staged communicator
 # (device memory -> host -> MPI -> device; the emulator faults on any other access to its memory). Data
-# parallel at 2 ranks, expert parallel 2, and 4 ranks as 2 x 2, each against one CPU process; bf16 at 2
+# parallel at 2 ranks, expert parallel 2, context parallel 2 (each sequence split over the 2 GPUs), and 4
+# ranks as 2 x 2, each against one CPU process; bf16 at 2
 # ranks against one; a run saved by 4 emulated ranks resumed on 2 CPU ranks, and one saved by 2 CPU ranks
 # resumed on 4 emulated ones; nccl asked for where there is none.
 # Usage: emulated_ranks_test.sh ZAYA_BINARY ZAYA_EMULATED_BINARY COMPARE_TENSORS_BINARY CONFIGS_DIR
@@ -33,15 +34,15 @@ ends_as_one() {
 }
 
 # fp32: the emulated ranks' sums are the CPU's to float rounding (1e-5 in loss and weights, as at 2 CPU ranks).
-for layout in "2 1" "2 2"; do
-  read -r n ep <<<"$layout"
-  run="$tmp/gpu$n-ep$ep"
-  "${mpirun[@]}" -np $n "$emulated" "${args[@]}" "${gpu[@]}" --set run.expert_parallel=$ep --run-dir "$run" \
-    > "$run.log" 2>&1 \
+for layout in "2 1 1" "2 2 1" "2 1 2"; do
+  read -r n ep cp <<<"$layout"
+  run="$tmp/gpu$n-ep$ep-cp$cp"
+  "${mpirun[@]}" -np $n "$emulated" "${args[@]}" "${gpu[@]}" --set run.expert_parallel=$ep \
+    --set run.context_parallel=$cp --run-dir "$run" > "$run.log" 2>&1 \
     && grep -q "rank 1 on .*: emulated: the GPU emulator" "$run.log" \
     && grep -q "collectives: mpi, staged through host memory (nccl: the emulated backend has neither" "$run.log" \
-    && ok "$n emulated GPU ranks, expert groups of $ep, train (each rank's GPU and the collectives said)" \
-    || { fail "$n emulated GPU ranks, expert groups of $ep"; tail -5 "$run.log"; }
+    && ok "$n emulated GPU ranks, expert groups of $ep, context groups of $cp, train (each rank's GPU and the collectives said)" \
+    || { fail "$n emulated GPU ranks, expert groups of $ep, context groups of $cp"; tail -5 "$run.log"; }
   out=$(same_losses "$tmp/one" "$run") && [ "$(losses "$run" | wc -l)" -eq 10 ] \
     && ok "losses: $out" || fail "losses: $out"
   out=$(same_losses "$tmp/one" "$run" eval) && ok "evaluation: $out" || fail "evaluation: $out"
