@@ -10,19 +10,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 steps=${1:-6}
 zaya=$root/build/src/zaya
-data=$root/runs/data
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 threads=$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))
-
-if [ ! -f "$data/python_docs_train.idx" ]; then
-  mkdir -p "$data"
-  "$zaya" tokenizer train --input /usr/share/doc/python3.11/html/_sources --vocab-size 4096 \
-    --output "$data/tokenizer.json" > /dev/null
-  "$zaya" prepare --tokenizer "$data/tokenizer.json" --input /usr/share/doc/python3.11/html/_sources \
-    --output "$data/python_docs" --val-fraction 0.02 > /dev/null
-fi
+source "$root/bench/demo_data.sh"
 cat > "$work/bench.toml" <<TOML
 [model]
 preset = "small"
