@@ -8,8 +8,8 @@ more than the model FLOPs MFU counts (`zaya info`: 6 per parameter and token, an
 Bytes count what each op reads and writes in device memory as the code does it: activations and their
 gradients in f32 (4 bytes), the products' weights in bf16 (2 bytes) with each cuBLASLt product's operands
 rounded into scratch first (a read of the f32 value and a write of the bf16 copy; the experts' grouped
-products and attention round as they load), attention reading k and v once per tile of queries (q and dO
-once per tile of keys in dK, dV). An op is bound by its arithmetic when its FLOPs take longer at the rate it
+products round as they load), attention reading bf16 copies of k and v (made once per op) once per tile of
+queries, and of q and dO once per tile of keys in dK, dV. An op is bound by its arithmetic when its FLOPs take longer at the rate it
 runs on (the matrix units' bf16 rate for cuBLASLt products and zaya's bf16 kernels, the ordinary cores' f32
 rate for the router's f32 products) than its bytes at the memory's bandwidth.
 
@@ -24,8 +24,8 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 8, 2, 128
 EXPERTS, INTERMEDIATE, ROUTER = 16, 2048, 256
 K0, K1 = 2, 2  # the CCA convolutions' taps
 ROUTED = 1.0  # the share of tokens the router sends to an expert (the skip route takes the rest): at most 1
-# attention.cu's bf16 tiles at head_dim 128: the forward's 64 query rows, dQ's 32, dK dV's 32 keys
-FORWARD_TILE, DQ_TILE, DKV_TILE = 64, 32, 32
+# attention.cu's bf16 tiles at head_dim 128: the forward's 64 query rows, dQ's 32, dK dV's 64 keys
+FORWARD_TILE, DQ_TILE, DKV_TILE = 64, 32, 64
 
 F32, BF16 = 4, 2
 
@@ -63,12 +63,19 @@ def rows(args):
     # (dV, dP, dS.K -> dQ, dS^T.Q -> dK, and QK^T again), dQ in a pass of its own.
     pairs = args.batch * HEADS * args.seq * (args.seq + 1) / 2
     per_pair = 2 * 2 * HEAD_DIM
-    def streamed(tile, heads):  # two [seq, head_dim] f32 tensors of each head, half read per tile of rows
-        return args.batch * heads * (args.seq / tile) * (args.seq / 2) * HEAD_DIM * 2 * F32
+    def streamed(tile, heads):  # two [seq, head_dim] bf16 tensors of each head, half read per tile of rows
+        return args.batch * heads * (args.seq / tile) * (args.seq / 2) * HEAD_DIM * 2 * BF16
 
-    add("attention forward", per_pair * pairs, streamed(FORWARD_TILE, KV_HEADS) + 3 * T * QD * F32, "matrix")
+    # The streamed operands are bf16 copies, each made by one pass (an f32 read, a bf16 write): q, k, v
+    # forward, and dO too backward.
+    def copies(count):
+        return count * (F32 + BF16)
+
+    add("attention forward", per_pair * pairs,
+        streamed(FORWARD_TILE, KV_HEADS) + copies(T * (QD + 2 * KD)) + 3 * T * QD * F32, "matrix")
     add("attention backward", 3.5 * per_pair * pairs,
-        streamed(DQ_TILE, KV_HEADS) + streamed(DKV_TILE, HEADS) + 6 * T * QD * F32, "matrix")
+        streamed(DQ_TILE, KV_HEADS) + streamed(DKV_TILE, HEADS) + copies(T * (2 * QD + 2 * KD))
+        + 6 * T * QD * F32, "matrix")
     add("norms, residual scaling (2 each)", 3 * 2 * 10 * T * HIDDEN, 3 * 2 * 5 * T * HIDDEN * F32, "vector")
     # The router's products stay f32 (no TF32): on the f32 cores.
     router = 2 * T * (HIDDEN * ROUTER + 2 * ROUTER * ROUTER + ROUTER * (EXPERTS + 1))

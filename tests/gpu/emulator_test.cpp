@@ -198,6 +198,23 @@ TEST(GpuEmulator, KernelsReachDeviceMemory) {
   release_device(device);
 }
 
+// Writes its block's dynamic shared memory, all of it.
+void fill_shared(size_t bytes) {
+  unsigned char* shared = gpu::dynamic_shared<unsigned char>();
+  for (size_t i = thread_x(); i < bytes; i += block_dim_x()) shared[i] = 1;
+}
+
+// Dynamic shared memory past 48 KiB, as a GPU takes it: a kernel must opt in (allow_shared) to be launched
+// with it, and no kernel may have more than kOptInSharedBytes (MI300X's LDS).
+TEST(GpuEmulator, SharedMemoryPast48KibNeedsTheKernelToOptIn) {
+  constexpr size_t bytes = 60 * 1024;
+  EXPECT_THROW(launch("fill_shared", fill_shared, {1}, {64}, bytes, nullptr, bytes), Error);
+  gpu::allow_shared("fill_shared", fill_shared, bytes);
+  EXPECT_NO_THROW(launch("fill_shared", fill_shared, {1}, {64}, bytes, nullptr, bytes));
+  EXPECT_THROW(launch("fill_shared", fill_shared, {1}, {64}, bytes + 1, nullptr, bytes + 1), Error);
+  EXPECT_THROW(gpu::allow_shared("fill_shared", fill_shared, kOptInSharedBytes + 1), Error);
+}
+
 // The matrix units' fragments: between them, the lanes of a warp hold every element of A, B and the
 // accumulator exactly once, each register a pair of neighbours along k; an accumulator row lies in one slot
 // of each of the kMmaRowLanes lanes that hold it.

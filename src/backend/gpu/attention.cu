@@ -17,7 +17,8 @@
 // the head dimensions tx + e * kLanes. The kLanes threads of a row are consecutive in a warp (32 or 64
 // lanes), so a row's max is a 4-step exchange among them.
 //
-// bf16 (Precision::BF16) rounds at the CPU backend's points: q, k, v and dO as they are loaded; the
+// bf16 (Precision::BF16) rounds at the CPU backend's points: q, k, v and dO (once, into bf16 copies that the
+// kernels stream: half the bytes of the tiles read again and again, the same bits as rounding each load); the
 // forward's probabilities (here exp(s - running max), before normalising: the CPU rounds the normalised
 // ones) and the backward's P and dS before the products that read them. Masks, softmax and every row
 // statistic stay f32.
@@ -415,24 +416,37 @@ struct MatrixTiles {
   static_assert(kRowTiles >= 1 && kThreads % 64 == 0);
 };
 
-// Shapes by the widest head_dim they hold, each kernel's shared memory within 48 KiB (asserted there).
+// dK dV's tiles, whose shared memory is dynamic (past 48 KiB at head_dim 128: opted in).
+template <int kDim_, int kRows_, int kCols_>
+struct DkvTiles : MatrixTiles<kDim_, kRows_, kCols_> {
+  using T = MatrixTiles<kDim_, kRows_, kCols_>;
+  static constexpr size_t kSharedBytes =
+      sizeof(uint16_t) * (2 * T::kRows * T::kDimPitch + 2 * T::kCols * T::kDimPitch +
+                          2 * T::kDim * T::kColPitch + 2 * T::kRows * T::kColPitch) +
+      2 * sizeof(float) * T::kCols;
+};
+
+// Shapes by the widest head_dim they hold, each kernel's shared memory within 48 KiB (asserted there), but
+// dK dV's at head_dim 128, whose key tile sets how often q and dO are read again (once per 64 keys here,
+// not 32): 61 KiB, opted in, within MI300X's 64 KiB.
 using MatrixForward64 = MatrixTiles<64, 64, 64>;    // 128 threads, 36 KiB
 using MatrixForward128 = MatrixTiles<128, 64, 32>;  // 128 threads, 41 KiB
 using MatrixDq64 = MatrixTiles<64, 64, 32>;         // 128 threads, 37 KiB
 using MatrixDq128 = MatrixTiles<128, 32, 32>;       // 64 threads, 47 KiB
-using MatrixDkv64 = MatrixTiles<64, 64, 32>;        // 128 threads, 47 KiB
-using MatrixDkv128 = MatrixTiles<128, 32, 16>;      // 64 threads, 41 KiB
+using MatrixDkv64 = DkvTiles<64, 64, 32>;           // 128 threads, 47 KiB
+using MatrixDkv128 = DkvTiles<128, 64, 16>;         // 128 threads, 61 KiB
 
 using Sums = gpu::MmaAccumulator;
 
-// tile[r * pitch + c] = bf16(src[r * stride + c]) for r < rows, c < cols, and 0 over the rest of the
-// [tile_rows, tile_cols] tile; transposed: tile[c * pitch + r].
+// tile[r * pitch + c] = src[r * stride + c] for r < rows, c < cols, and 0 over the rest of the
+// [tile_rows, tile_cols] tile; transposed: tile[c * pitch + r]. src: bf16 bits, rounded once before the
+// kernel (GpuOps::bf16_copies), so that the tiles streamed again and again read half the bytes of f32.
 template <bool kTransposed, int kThreads>
-ZAYA_DEVICE void stage_bf16(uint16_t* tile, int pitch, int tile_rows, int tile_cols, const float* src,
+ZAYA_DEVICE void stage_bf16(uint16_t* tile, int pitch, int tile_rows, int tile_cols, const uint16_t* src,
                             int64_t stride, int64_t rows, int cols) {
   for (int index = thread_x(); index < tile_rows * tile_cols; index += kThreads) {
     const int r = index / tile_cols, c = index % tile_cols;
-    const uint16_t value = r < rows && c < cols ? gpu::bf16_bits(src[r * stride + c]) : uint16_t(0);
+    const uint16_t value = r < rows && c < cols ? src[r * stride + c] : uint16_t(0);
     tile[kTransposed ? c * pitch + r : r * pitch + c] = value;
   }
 }
@@ -472,8 +486,8 @@ ZAYA_DEVICE gpu::TilePlace tile_place(int row0, int t, int u, int i) {
 // Grid (query tiles, heads, batch), as attention_forward_kernel.
 template <class T>
 ZAYA_KERNEL(T::kThreads)
-void attention_forward_matrix_kernel(Problem p, const float* q, const float* k, const float* v, float* o,
-                                     float* lse) {
+void attention_forward_matrix_kernel(Problem p, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                     float* o, float* lse) {
   constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles, LR = gpu::kMmaLaneRows;
   static_assert(sizeof(uint16_t) * (T::kRows * T::kDimPitch + T::kCols * T::kDimPitch +
                                     T::kDim * T::kColPitch + T::kRows * T::kColPitch) <=
@@ -497,8 +511,8 @@ void attention_forward_matrix_kernel(Problem p, const float* q, const float* k, 
   const int64_t last = i0 + rows;
   for (int64_t j0 = p.first_key(i0) / T::kCols * T::kCols; j0 < last; j0 += T::kCols) {
     const int64_t keys = smaller(T::kCols, p.seq - j0);
-    const float* k_src = k + p.at(b, j0, p.kv_heads, g);
-    const float* v_src = v + p.at(b, j0, p.kv_heads, g);
+    const uint16_t* k_src = k + p.at(b, j0, p.kv_heads, g);
+    const uint16_t* v_src = v + p.at(b, j0, p.kv_heads, g);
     sync_threads();  // the previous tile's keys, values and probabilities have been read
     stage_bf16<false, T::kThreads>(k_tile, T::kDimPitch, T::kCols, T::kDim, k_src, kv_stride, keys, p.dim);
     stage_bf16<true, T::kThreads>(vt_tile, T::kColPitch, T::kCols, T::kDim, v_src, kv_stride, keys, p.dim);
@@ -568,8 +582,8 @@ void attention_forward_matrix_kernel(Problem p, const float* q, const float* k, 
 // dQ as attention_dq_kernel. Grid (query tiles, heads, batch).
 template <class T>
 ZAYA_KERNEL(T::kThreads)
-void attention_dq_matrix_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
-                                const float* row_dot, const float* dout, float* dq) {
+void attention_dq_matrix_kernel(Problem p, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                const float* lse, const float* row_dot, const uint16_t* dout, float* dq) {
   constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles, LR = gpu::kMmaLaneRows;
   static_assert(sizeof(uint16_t) * (2 * T::kRows * T::kDimPitch + 2 * T::kCols * T::kDimPitch +
                                     T::kDim * T::kColPitch + T::kRows * T::kColPitch) <=
@@ -601,7 +615,7 @@ void attention_dq_matrix_kernel(Problem p, const float* q, const float* k, const
   const int64_t last = i0 + rows;
   for (int64_t j0 = p.first_key(i0) / T::kCols * T::kCols; j0 < last; j0 += T::kCols) {
     const int64_t keys = smaller(T::kCols, p.seq - j0);
-    const float* k_src = k + p.at(b, j0, p.kv_heads, g);
+    const uint16_t* k_src = k + p.at(b, j0, p.kv_heads, g);
     sync_threads();  // the previous tile's keys, values and dS have been read
     stage_bf16<false, T::kThreads>(k_tile, T::kDimPitch, T::kCols, T::kDim, k_src, kv_stride, keys, p.dim);
     stage_bf16<false, T::kThreads>(v_tile, T::kDimPitch, T::kCols, T::kDim, v + p.at(b, j0, p.kv_heads, g),
@@ -642,23 +656,23 @@ void attention_dq_matrix_kernel(Problem p, const float* q, const float* k, const
 // the group in order. Grid (key tiles, KV heads, batch).
 template <class T>
 ZAYA_KERNEL(T::kThreads)
-void attention_dkv_matrix_kernel(Problem p, const float* q, const float* k, const float* v, const float* lse,
-                                 const float* row_dot, const float* dout, float* dk, float* dv) {
+void attention_dkv_matrix_kernel(Problem p, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                 const float* lse, const float* row_dot, const uint16_t* dout, float* dk,
+                                 float* dv) {
   constexpr int RT = T::kRowTiles, CT = T::kColTiles, DT = T::kDimTiles;
-  static_assert(sizeof(uint16_t) * (2 * T::kRows * T::kDimPitch + 2 * T::kCols * T::kDimPitch +
-                                    2 * T::kDim * T::kColPitch + 2 * T::kRows * T::kColPitch) +
-                    2 * sizeof(float) * T::kCols <=
-                kSharedLimit);
-  ZAYA_SHARED_ARRAY(k_tile, uint16_t[T::kRows * T::kDimPitch]);    // [key, d]
-  ZAYA_SHARED_ARRAY(v_tile, uint16_t[T::kRows * T::kDimPitch]);    // [key, d]
-  ZAYA_SHARED_ARRAY(q_tile, uint16_t[T::kCols * T::kDimPitch]);    // [query, d]
-  ZAYA_SHARED_ARRAY(do_tile, uint16_t[T::kCols * T::kDimPitch]);   // [query, d]
-  ZAYA_SHARED_ARRAY(qt_tile, uint16_t[T::kDim * T::kColPitch]);    // [d, query]
-  ZAYA_SHARED_ARRAY(dot_tile, uint16_t[T::kDim * T::kColPitch]);   // [d, query]
-  ZAYA_SHARED_ARRAY(pt_tile, uint16_t[T::kRows * T::kColPitch]);   // [key, query]: P^T
-  ZAYA_SHARED_ARRAY(dst_tile, uint16_t[T::kRows * T::kColPitch]);  // [key, query]: dS^T
-  ZAYA_SHARED_ARRAY(query_lse, float[T::kCols]);
-  ZAYA_SHARED_ARRAY(query_delta, float[T::kCols]);
+  static_assert(T::kSharedBytes <= gpu::kOptInSharedBytes);
+  // Each part a multiple of 8 bytes (the pitches are multiples of 4 elements): the matrix units' loads
+  // read 8-byte aligned rows.
+  uint16_t* k_tile = gpu::dynamic_shared<uint16_t>();                               // [key, d]
+  uint16_t* v_tile = k_tile + T::kRows * T::kDimPitch;                              // [key, d]
+  uint16_t* q_tile = v_tile + T::kRows * T::kDimPitch;                              // [query, d]
+  uint16_t* do_tile = q_tile + T::kCols * T::kDimPitch;                             // [query, d]
+  uint16_t* qt_tile = do_tile + T::kCols * T::kDimPitch;                            // [d, query]
+  uint16_t* dot_tile = qt_tile + T::kDim * T::kColPitch;                            // [d, query]
+  uint16_t* pt_tile = dot_tile + T::kDim * T::kColPitch;                            // [key, query]: P^T
+  uint16_t* dst_tile = pt_tile + T::kRows * T::kColPitch;                           // [key, query]: dS^T
+  float* query_lse = reinterpret_cast<float*>(dst_tile + T::kRows * T::kColPitch);  // [query]
+  float* query_delta = query_lse + T::kCols;                                        // [query]
   const int64_t b = block_z(), j0 = int64_t(block_x()) * T::kRows;
   const int g = block_y(), groups = p.heads / p.kv_heads, row0 = gpu::warp() * RT * gpu::kMmaTile;
   const int64_t keys = smaller(T::kRows, p.seq - j0), q_stride = int64_t(p.heads) * p.dim;
@@ -676,8 +690,8 @@ void attention_dkv_matrix_kernel(Problem p, const float* q, const float* k, cons
     const float* head_dot = row_dot + (b * p.heads + h) * p.seq;
     for (int64_t i0 = j0 / T::kCols * T::kCols; i0 < end; i0 += T::kCols) {
       const int64_t queries = smaller(T::kCols, p.seq - i0);
-      const float* q_src = q + p.at(b, i0, p.heads, h);
-      const float* do_src = dout + p.at(b, i0, p.heads, h);
+      const uint16_t* q_src = q + p.at(b, i0, p.heads, h);
+      const uint16_t* do_src = dout + p.at(b, i0, p.heads, h);
       sync_threads();  // the previous tile's queries, output gradients and P, dS have been read
       stage_bf16<false, T::kThreads>(q_tile, T::kDimPitch, T::kCols, T::kDim, q_src, q_stride, queries,
                                      p.dim);
@@ -802,6 +816,16 @@ Problem make_problem(Precision precision, const float* key_mask, const Attention
           key_mask};
 }
 
+size_t bf16_bytes(int64_t count) {
+  return size_t(count) * sizeof(uint16_t);
+}
+
+// src [count] f32 rounded into `at` (device scratch of bf16_bytes(count)), in stream order.
+const uint16_t* round_into(GpuOps& ops, void* at, const float* src, int64_t count) {
+  ops.convert_to_bf16(src, count, static_cast<BFloat16*>(at));
+  return static_cast<const uint16_t*>(at);
+}
+
 unsigned tiles(int64_t count, int size) {
   return unsigned((count + size - 1) / size);
 }
@@ -815,8 +839,8 @@ void forward(const Problem& p, int64_t batch, const float* q, const float* k, co
 }
 
 template <class T>
-void forward_matrix(const Problem& p, int64_t batch, const float* q, const float* k, const float* v, float* o,
-                    float* lse, gpu::Stream stream) {
+void forward_matrix(const Problem& p, int64_t batch, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                    float* o, float* lse, gpu::Stream stream) {
   gpu::launch("attention_forward_matrix", attention_forward_matrix_kernel<T>,
               {tiles(p.seq, T::kRows), unsigned(p.heads), unsigned(batch)}, {T::kThreads}, 0, stream, p, q, k,
               v, o, lse);
@@ -836,16 +860,17 @@ void backward(const Problem& p, int64_t batch, const float* q, const float* k, c
 }
 
 template <class Dq, class Dkv>
-void backward_matrix(const Problem& p, int64_t batch, const float* q, const float* k, const float* v,
-                     const float* lse, const float* row_dot, const float* dout, float* dq, float* dk,
+void backward_matrix(const Problem& p, int64_t batch, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                     const float* lse, const float* row_dot, const uint16_t* dout, float* dq, float* dk,
                      float* dv, gpu::Stream stream) {
   static_assert(Dq::kDim == Dkv::kDim);
   gpu::launch("attention_dq_matrix", attention_dq_matrix_kernel<Dq>,
               {tiles(p.seq, Dq::kRows), unsigned(p.heads), unsigned(batch)}, {Dq::kThreads}, 0, stream, p, q,
               k, v, lse, row_dot, dout, dq);
+  gpu::allow_shared("attention_dkv_matrix", attention_dkv_matrix_kernel<Dkv>, Dkv::kSharedBytes);
   gpu::launch("attention_dkv_matrix", attention_dkv_matrix_kernel<Dkv>,
-              {tiles(p.seq, Dkv::kRows), unsigned(p.kv_heads), unsigned(batch)}, {Dkv::kThreads}, 0, stream,
-              p, q, k, v, lse, row_dot, dout, dk, dv);
+              {tiles(p.seq, Dkv::kRows), unsigned(p.kv_heads), unsigned(batch)}, {Dkv::kThreads},
+              Dkv::kSharedBytes, stream, p, q, k, v, lse, row_dot, dout, dk, dv);
 }
 
 }  // namespace
@@ -858,8 +883,14 @@ void GpuOps::attention_forward(Precision precision, const float* q, const float*
   const gpu::Stream stream = gpu::as_stream(stream_);
   const bool wide = p.dim > Forward64::kDim;
   if (p.bf16) {
-    (wide ? forward_matrix<MatrixForward128> : forward_matrix<MatrixForward64>)(p, shape.batch, q, k, v, o,
-                                                                                lse, stream);
+    const int64_t q_count = shape.batch * shape.seq * shape.heads * shape.head_dim;
+    const int64_t kv_count = shape.batch * shape.seq * shape.kv_heads * shape.head_dim;
+    const std::vector<void*> parts =
+        scratch_parts({bf16_bytes(q_count), bf16_bytes(kv_count), bf16_bytes(kv_count)});
+    (wide ? forward_matrix<MatrixForward128>
+          : forward_matrix<MatrixForward64>)(p, shape.batch, round_into(*this, parts[0], q, q_count),
+                                             round_into(*this, parts[1], k, kv_count),
+                                             round_into(*this, parts[2], v, kv_count), o, lse, stream);
   } else {
     (wide ? forward<Forward128> : forward<Forward64>)(p, shape.batch, q, k, v, o, lse, stream);
   }
@@ -872,13 +903,24 @@ void GpuOps::attention_backward(Precision precision, const float* q, const float
   if (shape.batch == 0 || shape.seq == 0) return;
   const gpu::Stream stream = gpu::as_stream(stream_);
   const int64_t rows = shape.batch * shape.seq * shape.heads;
-  float* row_dot = scratch(size_t(rows) * sizeof(float));  // [B, H, S]
+  const int64_t q_count = rows * shape.head_dim;
+  const int64_t kv_count = shape.batch * shape.seq * shape.kv_heads * shape.head_dim;
+  // [B, H, S] f32 row dots, then (bf16) the bf16 copies of q, k, v and dO.
+  std::vector<size_t> sizes = {size_t(rows) * sizeof(float)};
+  if (p.bf16) {
+    for (const int64_t count : {q_count, kv_count, kv_count, q_count}) sizes.push_back(bf16_bytes(count));
+  }
+  const std::vector<void*> parts = scratch_parts(sizes);
+  float* row_dot = static_cast<float*>(parts[0]);
   gpu::launch("attention_row_dot", attention_row_dot_kernel, gpu::cover(rows, kRowDotThreads / kLanes),
               {kRowDotThreads}, 0, stream, p, rows, o, dout, row_dot);
   const bool wide = p.dim > Dq64::kDim;
   if (p.bf16) {
     (wide ? backward_matrix<MatrixDq128, MatrixDkv128>
-          : backward_matrix<MatrixDq64, MatrixDkv64>)(p, shape.batch, q, k, v, lse, row_dot, dout, dq, dk, dv,
+          : backward_matrix<MatrixDq64, MatrixDkv64>)(p, shape.batch, round_into(*this, parts[1], q, q_count),
+                                                      round_into(*this, parts[2], k, kv_count),
+                                                      round_into(*this, parts[3], v, kv_count), lse, row_dot,
+                                                      round_into(*this, parts[4], dout, q_count), dq, dk, dv,
                                                       stream);
   } else {
     (wide ? backward<Dq128, Dkv128> : backward<Dq64, Dkv64>)(p, shape.batch, q, k, v, lse, row_dot, dout, dq,

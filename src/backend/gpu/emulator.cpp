@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -306,6 +307,35 @@ void gather_in_warp(const void* mine, size_t bytes, void* all) {
 
 void* dynamic_shared() {
   return active().shared.data();
+}
+
+namespace {
+
+std::mutex opted_in_mutex;
+std::map<std::string, size_t>& opted_in() {  // kernel name -> the dynamic shared bytes it may take
+  static std::map<std::string, size_t> kernels;
+  return kernels;
+}
+
+}  // namespace
+
+void allow_shared(const char* kernel, size_t bytes, size_t limit) {
+  if (bytes > limit) {
+    throw Error(
+        cat("emulated GPU: ", kernel, " asks for ", bytes, " bytes of shared memory (at most ", limit, ")"));
+  }
+  const std::lock_guard<std::mutex> lock(opted_in_mutex);
+  opted_in()[kernel] = bytes;
+}
+
+void check_shared(const char* kernel, size_t bytes) {
+  if (bytes <= kDefaultSharedBytes) return;
+  const std::lock_guard<std::mutex> lock(opted_in_mutex);
+  const auto found = opted_in().find(kernel);
+  if (found == opted_in().end() || found->second < bytes) {
+    throw Error(cat("emulated GPU: launch of ", kernel, " with ", bytes,
+                    " bytes of dynamic shared memory, more than it opted in to (allow_shared)"));
+  }
 }
 
 void* static_shared(const void* site, size_t bytes, size_t alignment) {

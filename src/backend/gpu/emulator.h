@@ -43,6 +43,11 @@ uint64_t exchange_in_warp(uint64_t bits, int lane_mask);
 void gather_in_warp(const void* mine, size_t bytes, void* all);
 // The launch's dynamic shared memory, the running block's.
 void* dynamic_shared();
+// Dynamic shared memory past kDefaultSharedBytes, as a GPU takes it: only for a kernel that opted in
+// (gpu::allow_shared records `bytes` for it, refused past `limit`), checked at each launch of it.
+inline constexpr size_t kDefaultSharedBytes = 48 * 1024;
+void allow_shared(const char* kernel, size_t bytes, size_t limit);
+void check_shared(const char* kernel, size_t bytes);
 // The running block's static shared memory for the declaration at `site` (ZAYA_SHARED_ARRAY): the same for
 // every thread of the block, its own for each block.
 void* static_shared(const void* site, size_t bytes, size_t alignment);

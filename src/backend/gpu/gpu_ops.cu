@@ -76,6 +76,19 @@ float* GpuOps::scratch(size_t bytes) {
   return scratch_.as<float>();
 }
 
+std::vector<void*> GpuOps::scratch_parts(const std::vector<size_t>& sizes) {
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const size_t bytes : sizes) {
+    offsets.push_back(total);
+    total += (bytes + 255) / 256 * 256;
+  }
+  char* base = reinterpret_cast<char*>(scratch(total));
+  std::vector<void*> parts;
+  for (const size_t offset : offsets) parts.push_back(base + offset);
+  return parts;
+}
+
 Ops& gpu::ops() {
   static std::once_flag made;
   static std::unique_ptr<GpuOps> ops;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <memory>
+#include <vector>
 
 #include "backend/gpu/blas.h"
 #include "backend/ops.h"
@@ -41,6 +42,9 @@ class GpuOps final : public Ops {
   // Device memory for one op's intermediate values, valid until the next op asks for scratch (ops run in
   // order on one stream, so the next op's kernels start after this op's have finished with it).
   float* scratch(size_t bytes);
+  // The same memory cut into consecutive parts of the given bytes (each 256-byte aligned), asked for at
+  // once so that no part moves when the buffer grows for another.
+  std::vector<void*> scratch_parts(const std::vector<size_t>& sizes);
 
   void* stream_ = nullptr;  // the stream every kernel and product runs on, in order (the default one)
   std::unique_ptr<gpu::Blas> blas_;

@@ -175,6 +175,11 @@ ZAYA_DEVICE T* dynamic_shared() {
 #endif
 }
 
+// The most shared memory a block may hold, static and dynamic together, once its kernel has opted in
+// (allow_shared): MI300X's 64 KiB of LDS per workgroup, the least of the targets (an H100 allows 227 KiB).
+// Without opting in a block may hold 48 KiB.
+inline constexpr size_t kOptInSharedBytes = 64 * 1024;
+
 // ---- numbers -----------------------------------------------------------------------------------------
 ZAYA_DEVICE uint32_t float_bits(float value) {
 #if defined(ZAYA_GPU_EMULATED)
@@ -365,6 +370,7 @@ void launch(const char* name, void (*kernel)(Params...), Grid grid, Block block,
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #if defined(ZAYA_GPU_EMULATED)
   (void)stream;
+  emulator::check_shared(name, shared_bytes);
   emulator::run({grid.x, grid.y, grid.z}, {block.x, block.y, 1}, shared_bytes,
                 [&] { kernel(static_cast<Params>(args)...); });
 #else
@@ -373,6 +379,24 @@ void launch(const char* name, void (*kernel)(Params...), Grid grid, Block block,
   kernel<<<dim3(grid.x, grid.y, grid.z), dim3(block.x, block.y, 1), shared_bytes, stream>>>(
       static_cast<Params>(args)...);
   // clang-format on
+#endif
+  check_launch(name);
+}
+
+// Lets `kernel` be launched with `bytes` of dynamic shared memory past the 48 KiB a launch may take without
+// asking (CUDA's and HIP's MaxDynamicSharedMemorySize attribute), up to kOptInSharedBytes. Throws Error
+// naming it when the device refuses; the emulator refuses more than kOptInSharedBytes itself.
+template <class... Params>
+void allow_shared(const char* name, void (*kernel)(Params...), size_t bytes) {
+#if defined(ZAYA_GPU_CUDA)
+  cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(bytes));
+#elif defined(ZAYA_GPU_HIP)
+  (void)hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), hipFuncAttributeMaxDynamicSharedMemorySize,
+                            int(bytes));
+#else
+  (void)kernel;
+  emulator::allow_shared(name, bytes, kOptInSharedBytes);
 #endif
   check_launch(name);
 }
