@@ -124,7 +124,10 @@ class OpProfiler::TimingOps final : public Ops {
   MemoryResource& memory() override { return memory_; }
   void synchronize() override { inner_.synchronize(); }
   int64_t rate_probe_size() const override { return inner_.rate_probe_size(); }
-  int64_t loss_chunk_logits() const override { return inner_.loss_chunk_logits(); }
+  int64_t loss_chunk_logits(bool f32_gradients) const override {
+    return inner_.loss_chunk_logits(f32_gradients);
+  }
+  int64_t loss_gradient_logits() const override { return inner_.loss_gradient_logits(); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     time("copy from host", [&] { inner_.copy_from_host(dst, src, bytes); });
   }

@@ -78,11 +78,19 @@ class Ops {
   // The side of the square product at which this backend's matrix products reach their rate (the MFU
   // denominator's measure): a CPU's at 1024, a GPU's only at several thousand.
   virtual int64_t rate_probe_size() const { return 1024; }
-  // How many logits the LM head and the loss score at once (ZayaModel::head's chunks of tokens). Each chunk
-  // of an f32 step adds its share into the head's whole f32 gradient (a bf16 step, a group of chunks' at
-  // once), so small chunks cost a pass over that gradient each (2 GB at a 262k vocabulary): the CPU bounds
-  // its scratch at 64 MiB, a GPU takes a few GB to keep the product's depth in the thousands.
-  virtual int64_t loss_chunk_logits() const { return int64_t(1) << 24; }
+  // How many logits the LM head and the loss score at once (ZayaModel::head's chunks of tokens), held in
+  // f32. In an f32 training step they are the gradient too, and each chunk adds its share into the head's
+  // whole f32 gradient, so small chunks cost a pass over that gradient each (2 GB at a 262k vocabulary): the
+  // CPU bounds its scratch at 64 MiB, a GPU takes 4 GiB then to keep the product's depth in the thousands.
+  // Otherwise (a bf16 step, whose gradients go to the product in bf16 groups of loss_gradient_logits; no
+  // gradient) a GPU takes 512 MiB.
+  virtual int64_t loss_chunk_logits(bool f32_gradients) const {
+    (void)f32_gradients;
+    return int64_t(1) << 24;
+  }
+  // A bf16 step's loss gradients kept in bf16 for one product of the head's weight gradient (its depth):
+  // 128 MiB on the CPU, 2 GiB on a GPU.
+  virtual int64_t loss_gradient_logits() const { return int64_t(1) << 26; }
   // Copies bytes from the host into this backend's memory (weights read from a file, a batch's tokens).
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   // bytes of device memory set to zero.

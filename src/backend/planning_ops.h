@@ -40,7 +40,10 @@ class PlanningOps final : public planning::NoOps {
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* data, size_t bytes) override;
   int64_t rate_probe_size() const override { return target_.rate_probe_size(); }
-  int64_t loss_chunk_logits() const override { return target_.loss_chunk_logits(); }
+  int64_t loss_chunk_logits(bool f32_gradients) const override {
+    return target_.loss_chunk_logits(f32_gradients);
+  }
+  int64_t loss_gradient_logits() const override { return target_.loss_gradient_logits(); }
   bool fast_bf16() const override { return target_.fast_bf16(); }
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override {
     return target_.cca_conv_scratch(shape, k0, k1);

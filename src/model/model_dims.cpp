@@ -57,7 +57,7 @@ OpCheckShape op_check_shape(const ModelDims& dims, int64_t batch, int64_t seq) {
   shape.intermediate = dims.intermediate;
   shape.vocab = dims.vocab;
   // The rows of logits a CPU training step scores at once: ZayaModel::head's chunks of about 2^24 logits
-  // (Ops::loss_chunk_logits), a multiple of 16 rows and at least 16.
+  // (Ops::loss_chunk_logits on the CPU), a multiple of 16 rows and at least 16.
   shape.loss_rows = std::max<int64_t>(16, (int64_t(1) << 24) / std::max<int64_t>(1, dims.vocab) / 16 * 16);
   shape.rms_eps = dims.rms_eps;
   shape.pad_token_id = dims.pad_token_id;

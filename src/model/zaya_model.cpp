@@ -398,24 +398,24 @@ void ZayaModel::head(const Batch& batch, const float* final_hidden, bool keep_lo
                      float loss_scale, float* logits, float* d_final) {
   const int64_t T = batch.tokens(), H = dims_.hidden, V = dims_.vocab;
   if (!keep_logits && !batch.labels && !train) return;  // nothing asked of the head (a prefill)
-  // Chunks of at most the backend's loss_chunk_logits bound the scratch whatever the vocabulary: as few as
-  // that allows, of one size (a remainder of a few rows would make a product too shallow to run at speed),
-  // a multiple of 16 rows (up to 511 rows, a size the bf16 products make a primitive of its own for).
-  const int64_t most = std::max<int64_t>(16, ops_.loss_chunk_logits() / V / 16 * 16);
-  const int64_t chunks = (T + most - 1) / most;
-  const int64_t chunk = std::min(T, ((T + chunks - 1) / chunks + 15) / 16 * 16);
   // A bf16 step's head products read the loss's gradient in bf16, which the loss writes directly; an f32
   // gradient is written only for an f32 step or the head's bias (over the chunk's logits when those are not
   // kept).
   const bool bf16_grads = train && precision_ == Precision::BF16;
   const bool f32_grads = train && (!bf16_grads || w_.lm_head_bias);
+  // Chunks of at most the backend's loss_chunk_logits bound the scratch whatever the vocabulary: as few as
+  // that allows, of one size (a remainder of a few rows would make a product too shallow to run at speed),
+  // a multiple of 16 rows (up to 511 rows, a size the bf16 products make a primitive of its own for).
+  const int64_t most = std::max<int64_t>(16, ops_.loss_chunk_logits(train && !bf16_grads) / V / 16 * 16);
+  const int64_t chunks = (T + most - 1) / most;
+  const int64_t chunk = std::min(T, ((T + chunks - 1) / chunks + 15) / 16 * 16);
   // The head's weight gradient is added in groups of chunks, one product each: every such product is a pass
   // over that whole f32 gradient (154 MB at hidden 768 and a 50000 vocabulary), and a deeper one runs
-  // faster. A bf16 step keeps its chunks' bf16 gradients for up to kHeadGradientLogits (128 MiB); an f32
-  // step adds each chunk's own, as it always has.
-  constexpr int64_t kHeadGradientLogits = int64_t(1) << 26;
+  // faster. A bf16 step keeps its chunks' bf16 gradients for up to the backend's loss_gradient_logits; an
+  // f32 step adds each chunk's own, as it always has.
   const int64_t group =
-      bf16_grads ? std::min(T, chunk * std::max<int64_t>(1, kHeadGradientLogits / (chunk * V))) : chunk;
+      bf16_grads ? std::min(T, chunk * std::max<int64_t>(1, ops_.loss_gradient_logits() / (chunk * V)))
+                 : chunk;
   const Arena::Mark mark = scratch_.mark();
   float* chunk_logits = keep_logits ? nullptr : scratch_.alloc<float>(size_t(chunk * V));
   float* chunk_grads = keep_logits && f32_grads ? scratch_.alloc<float>(size_t(chunk * V)) : nullptr;

@@ -63,9 +63,14 @@ int64_t GpuOps::rate_probe_size() const {
 #endif
 }
 
-int64_t GpuOps::loss_chunk_logits() const {
-  // 4 GiB of f32 logits and 2 GiB of their gradient's bf16 copy: 4096 tokens of a 262k vocabulary.
-  return int64_t(1) << 30;
+int64_t GpuOps::loss_chunk_logits(bool f32_gradients) const {
+  // At a 262k vocabulary: 4096 tokens' f32 logits, 4 GiB, where they are the gradient the head's weight
+  // gradient product reads; else 512 tokens', 512 MiB (the products over them are still thousands deep).
+  return int64_t(1) << (f32_gradients ? 30 : 27);
+}
+
+int64_t GpuOps::loss_gradient_logits() const {
+  return int64_t(1) << 30;  // 2 GiB of bf16: 4096 tokens of a 262k vocabulary per weight gradient product
 }
 
 float* GpuOps::scratch(size_t bytes) {

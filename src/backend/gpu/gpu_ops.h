@@ -23,7 +23,8 @@ class GpuOps final : public Ops {
   void zero(void* data, size_t bytes) override;
   void synchronize() override;
   int64_t rate_probe_size() const override;
-  int64_t loss_chunk_logits() const override;
+  int64_t loss_chunk_logits(bool f32_gradients) const override;
+  int64_t loss_gradient_logits() const override;
 
   bool fast_bf16() const override;
   int64_t cca_conv_scratch(const AttentionShape& shape, int64_t k0, int64_t k1) override;
