@@ -6,6 +6,9 @@
 // it: slices as short as the convolutions' halo (which then comes whole from the previous rank), odd
 // lengths, windows shorter than a slice, spanning one or several, the delayed values' one-position halo,
 // GQA heads shared by two ranks (G = 4: one query head each, two per key-value head) or held whole (G = 2).
+// Documents need no case of their own: ZAYA (as transformers runs it) attends and convolves across the
+// documents packed into a sequence, so a document boundary on the split is a position like any other (the
+// training runs of distributed_test.sh, on packed documents, put boundaries everywhere).
 // Then the same on the GPU emulator through the staged communicator (device memory), and the one-line
 // errors. Rank 0 prints one line per check; every rank exits 1 when any check failed anywhere.
 
