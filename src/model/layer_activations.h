@@ -60,7 +60,7 @@ struct LayerActivations {
   int64_t* offsets = nullptr;         // [E + 1]
   std::vector<int64_t> host_offsets;  // [E + 1] read to the host under expert parallelism (its sizes)
   float* gate_up = nullptr;           // [N, 2I] expert gate | up outputs
-  float* act = nullptr;               // [N, I] silu(gate) * up
+  float* act = nullptr;               // [N, I] silu(gate) * up (f32 runs; bf16 keeps act_in alone)
   Operand act_in;                     // act as the products read it
   float* y = nullptr;                 // [N, H] expert outputs before the gate
   float* moe = nullptr;               // [T, H] gated expert output per token

@@ -48,8 +48,9 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   } else {
     ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, 2 * I, H, x, H, m.gate_up, 2 * I * H, H,
                       a.gate_up, 2 * I);
-    ops_.swiglu_forward(a.gate_up, T, I, a.act);
-    a.act_in = product_input(a.act, T * I, *moe_arena_);  // read again by the down weights' gradient
+    float* act = a.act ? a.act : scratch_.alloc<float>(size_t(T * I));  // bf16: only act_in is kept
+    ops_.swiglu_forward(a.gate_up, T, I, act);
+    a.act_in = product_input(act, T * I, *moe_arena_);  // read again by the down weights' gradient
     ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, H, I, a.act_in, I, m.down, H * I, I, a.y, H);
   }
   if (rows < T) ops_.fill(a.moe, T * H, 0.0f);  // the skip-routed tokens' rows, not scattered

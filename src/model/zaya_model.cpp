@@ -322,7 +322,9 @@ void ZayaModel::allocate_rest(LayerActivations& a, const Batch& batch, int32_t* 
   a.order = arena.alloc<int32_t>(size_t(T));
   a.offsets = arena.alloc<int64_t>(size_t(dims_.experts + 1));
   a.gate_up = f(T * 2 * dims_.intermediate);
-  a.act = f(T * dims_.intermediate);
+  // In bf16 runs the products read SwiGLU's output as its bf16 copy alone (act_in, kept), so the f32 values
+  // live in scratch only while that copy is made (moe_forward).
+  a.act = precision_ == Precision::BF16 ? nullptr : f(T * dims_.intermediate);
   a.y = f(T * H);
   a.moe = f(T * H);
 }
