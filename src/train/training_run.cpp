@@ -204,7 +204,7 @@ void TrainingRun::build_context_groups() {
   const int64_t halo = (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
   for (const StageConfig& stage : config_.stages) {
     if (stage.seq_len % C != 0 || stage.seq_len / C < std::max<int64_t>(1, halo)) {
-      throw refuse(cat("splits stage '", stage.name, "''s sequences of ", stage.seq_len, " tokens into ", C,
+      throw refuse(cat("cuts the sequences of stage '", stage.name, "' (", stage.seq_len, " tokens) into ", C,
                        " equal slices of at least ", std::max<int64_t>(1, halo), " tokens: they do not"));
     }
   }
@@ -323,7 +323,7 @@ void TrainingRun::restore_state() {
 // Data parallel, the global batch does not depend on the rank count: its micro-batches are shared out over
 // the ranks, as evenly as they go, so that a run sees the same data on any number of ranks. Expert parallel,
 // every rank of a group must run as many micro-batches as the others (each is a collective of the group):
-// the batch is a multiple of micro_batch x ranks.
+// the batch is a multiple of micro_batch x data-parallel ranks (the context groups).
 void TrainingRun::build_data() {
   ramp_ = std::make_unique<BatchRamp>(config_.batch, expert_group_ ? ranks_ / context_parallel_ : 1);
   std::vector<StageData> stage_data;
