@@ -122,13 +122,12 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   const float scale = 1.0f / std::sqrt(float(D));
   if (split) {
-    const HeadSplit query_heads = head_split(false), kv_heads = head_split(true);
-    to_heads(a.q, query_heads, batch, a.q_heads);
-    to_heads(a.k, kv_heads, batch, a.k_heads);
-    to_heads(a.v, kv_heads, batch, a.v_heads);
+    to_heads(a.q, query_heads_, batch, a.q_heads);
+    to_heads(a.k, kv_heads_, batch, a.k_heads);
+    to_heads(a.v, kv_heads_, batch, a.v_heads);
     ops_.attention_forward(precision_, a.q_heads, a.k_heads, a.v_heads, nullptr, heads_shape(shape), scale,
                            a.o_heads, a.lse);
-    from_heads(a.o_heads, query_heads, batch, a.o);
+    from_heads(a.o_heads, query_heads_, batch, a.o);
     a.q = a.k = a.v = nullptr;  // scratch, gone with this layer's
   } else {
     ops_.attention_forward(precision_, a.q, a.k, a.v, batch.attention_mask, shape, scale, a.o, a.lse);
@@ -164,19 +163,18 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   const float scale = 1.0f / std::sqrt(float(D));
   const bool split = sliced(batch);
   if (split) {
-    const HeadSplit query_heads = head_split(false), kv_heads = head_split(true);
     const AttentionShape heads = heads_shape(shape);
     const int64_t rows = heads.batch * heads.seq;  // whole sequences
     float* d_o_heads = f(rows * heads.heads * D);
     float* d_q_heads = f(rows * heads.heads * D);
     float* d_k_heads = f(rows * heads.kv_heads * D);
     float* d_v_heads = f(rows * heads.kv_heads * D);
-    to_heads(d_o, query_heads, batch, d_o_heads);
+    to_heads(d_o, query_heads_, batch, d_o_heads);
     ops_.attention_backward(precision_, a.q_heads, a.k_heads, a.v_heads, nullptr, a.o_heads, a.lse, d_o_heads,
                             heads, scale, d_q_heads, d_k_heads, d_v_heads);
-    from_heads(d_q_heads, query_heads, batch, d_q);
-    from_heads(d_k_heads, kv_heads, batch, d_k);
-    from_heads(d_v_heads, kv_heads, batch, d_v);
+    from_heads(d_q_heads, query_heads_, batch, d_q);
+    from_heads(d_k_heads, kv_heads_, batch, d_k);
+    from_heads(d_v_heads, kv_heads_, batch, d_v);
   } else {
     ops_.attention_backward(precision_, a.q, a.k, a.v, batch.attention_mask, a.o, a.lse, d_o, shape, scale,
                             d_q, d_k, d_v);

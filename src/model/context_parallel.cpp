@@ -31,6 +31,8 @@ void ZayaModel::set_context_group(DeviceCommunicator* group) {
         .field("run.context_parallel");
   }
   context_group_ = C > 1 ? group : nullptr;
+  query_heads_ = head_split(C, false);
+  kv_heads_ = head_split(C, true);
 }
 
 void ZayaModel::check_slice(const Batch& batch) const {
@@ -52,11 +54,11 @@ int64_t ZayaModel::context_halo() const {
   return (dims_.conv_time0 - 1) + (dims_.conv_time1 - 1);
 }
 
-ZayaModel::HeadSplit ZayaModel::head_split(bool kv) const {
-  const int C = context_group_->size();
-  const int64_t per_rank = dims_.heads / C, group_size = dims_.heads / dims_.kv_heads;
+// Rank j of C attends over query heads [j H / C, (j + 1) H / C) and the key-value heads those read.
+ZayaModel::HeadSplit ZayaModel::head_split(int ranks, bool kv) const {
+  const int64_t per_rank = dims_.heads / ranks, group_size = dims_.heads / dims_.kv_heads;
   HeadSplit split;
-  for (int j = 0; j < C; ++j) {
+  for (int j = 0; j < ranks; ++j) {
     split.first.push_back(kv ? j * per_rank / group_size : j * per_rank);
     split.count.push_back(kv ? std::max<int64_t>(1, per_rank / group_size) : per_rank);
   }
@@ -65,11 +67,10 @@ ZayaModel::HeadSplit ZayaModel::head_split(bool kv) const {
 }
 
 AttentionShape ZayaModel::heads_shape(AttentionShape shape) const {
-  const HeadSplit query_heads = head_split(false), kv_heads = head_split(true);
   const int r = context_group_->rank();
   shape.seq *= context_group_->size();
-  shape.heads = query_heads.count[size_t(r)];
-  shape.kv_heads = kv_heads.count[size_t(r)];
+  shape.heads = query_heads_.count[size_t(r)];
+  shape.kv_heads = kv_heads_.count[size_t(r)];
   return shape;
 }
 
@@ -93,7 +94,10 @@ void ZayaModel::halo_forward(const float* x, int64_t ld, int64_t n, int64_t rows
   float* send = scratch_.alloc<float>(size_t(B * rows * n));  // [B, rows, n]
   for (int64_t b = 0; b < B; ++b)
     ops_.copy_rows(x + (b * L + L - rows) * ld, ld, rows, n, send + b * rows * n, n, false);
-  std::vector<int64_t> send_counts(size_t(C), 0), recv_counts(size_t(C), 0);
+  std::vector<int64_t>& send_counts = send_counts_;
+  std::vector<int64_t>& recv_counts = recv_counts_;
+  send_counts.assign(size_t(C), 0);
+  recv_counts.assign(size_t(C), 0);
   if (r + 1 < C) send_counts[size_t(r + 1)] = B * rows * n;
   if (r > 0) recv_counts[size_t(r - 1)] = B * rows * n;
   context_all_to_all(send, send_counts, halo, recv_counts);
@@ -108,7 +112,10 @@ void ZayaModel::halo_backward(const float* d_halo, int64_t n, int64_t rows, cons
   const int64_t B = batch.batch, L = batch.seq;
   const Arena::Mark mark = scratch_.mark();
   float* recv = scratch_.alloc<float>(size_t(B * rows * n));  // [B, rows, n] from the next rank
-  std::vector<int64_t> send_counts(size_t(C), 0), recv_counts(size_t(C), 0);
+  std::vector<int64_t>& send_counts = send_counts_;
+  std::vector<int64_t>& recv_counts = recv_counts_;
+  send_counts.assign(size_t(C), 0);
+  recv_counts.assign(size_t(C), 0);
   if (r > 0) send_counts[size_t(r - 1)] = B * rows * n;
   if (r + 1 < C) recv_counts[size_t(r + 1)] = B * rows * n;
   context_all_to_all(d_halo, send_counts, recv, recv_counts);
@@ -123,7 +130,10 @@ void ZayaModel::to_heads(const float* x, const HeadSplit& split, const Batch& ba
   const int64_t B = batch.batch, L = batch.seq, S = L * C, T = B * L, D = dims_.head_dim;
   const int64_t width = split.heads * D, mine = split.count[size_t(r)] * D;
   const Arena::Mark mark = scratch_.mark();
-  std::vector<int64_t> send_counts(size_t(C), 0), recv_counts(size_t(C), T * mine);
+  std::vector<int64_t>& send_counts = send_counts_;
+  std::vector<int64_t>& recv_counts = recv_counts_;
+  send_counts.assign(size_t(C), 0);
+  recv_counts.assign(size_t(C), T * mine);
   int64_t sent = 0;
   for (int j = 0; j < C; ++j) sent += send_counts[size_t(j)] = T * split.count[size_t(j)] * D;
   float* send = scratch_.alloc<float>(size_t(sent));          // for each rank j: [B, L, its heads, D]
@@ -146,7 +156,10 @@ void ZayaModel::from_heads(const float* y, const HeadSplit& split, const Batch& 
   const int64_t B = batch.batch, L = batch.seq, S = L * C, T = B * L, D = dims_.head_dim;
   const int64_t width = split.heads * D, mine = split.count[size_t(r)] * D;
   const Arena::Mark mark = scratch_.mark();
-  std::vector<int64_t> send_counts(size_t(C), T * mine), recv_counts(size_t(C), 0);
+  std::vector<int64_t>& send_counts = send_counts_;
+  std::vector<int64_t>& recv_counts = recv_counts_;
+  send_counts.assign(size_t(C), T * mine);
+  recv_counts.assign(size_t(C), 0);
   int64_t received = 0;
   for (int j = 0; j < C; ++j) received += recv_counts[size_t(j)] = T * split.count[size_t(j)] * D;
   float* send = scratch_.alloc<float>(size_t(C * T * mine));  // to each rank i: [B, L (slice i), mine]

@@ -248,7 +248,7 @@ class ZayaModel {
     std::vector<int64_t> first, count;
     int64_t heads = 0;
   };
-  HeadSplit head_split(bool kv) const;
+  HeadSplit head_split(int ranks, bool kv) const;
   // The attention over whole sequences of this rank's heads, for a slice's shape.
   AttentionShape heads_shape(AttentionShape shape) const;
   // The last `rows` rows of each sequence's slice of x [B, L, n] (row stride ld) from the previous rank
@@ -303,7 +303,9 @@ class ZayaModel {
   DeviceCommunicator* expert_group_ = nullptr;
   DeviceCommunicator* context_group_ = nullptr;
   ExchangeTally context_exchange_;
-  std::vector<ExpertExchange> exchanges_;  // per layer, with an expert group
+  HeadSplit query_heads_, kv_heads_;                // set_context_group's, over its ranks
+  std::vector<int64_t> send_counts_, recv_counts_;  // the context exchanges' counts; capacity kept
+  std::vector<ExpertExchange> exchanges_;           // per layer, with an expert group
   std::function<void(int64_t)> layer_backward_hook_;
   bool training_ = false;  // the current pass is forward_backward's
   float loss_scale_ = 0;
