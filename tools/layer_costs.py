@@ -6,9 +6,10 @@ for comparing a first GPU profile op by op. Estimates from shapes, not measureme
 FLOPs are those the code executes (attention's backward computes QK^T again, and dQ in a pass of its own),
 more than the model FLOPs MFU counts (`zaya info`: 6 per parameter and token, and attention's).
 Bytes count what each op reads and writes in device memory as the code does it: activations and their
-gradients in f32 (4 bytes), the products' weights in bf16 (2 bytes) with each cuBLASLt product's operands
-rounded into scratch first (a read of the f32 value and a write of the bf16 copy; the experts' grouped
-products round as they load), attention reading bf16 copies of k and v (made once per op) once per tile of
+gradients in f32 (4 bytes), but for those their producer writes in bf16 (2 bytes: the normalised attention
+input, the experts' gathered rows, SwiGLU's output and its input's gradient), the products' weights in bf16
+with each other f32 operand of a cuBLASLt product rounded into scratch first (a read of the f32 value and a
+write of the bf16 copy; the experts' grouped products round an f32 operand as they load), attention reading bf16 copies of k and v (made once per op) once per tile of
 queries, and of q and dO once per tile of keys in dK, dV. An op is bound by its arithmetic when its FLOPs take longer at the rate it
 runs on (the matrix units' bf16 rate for cuBLASLt products and zaya's bf16 kernels, the ordinary cores' f32
 rate for the router's f32 products) than its bytes at the memory's bandwidth.
@@ -28,14 +29,16 @@ ROUTED = 1.0  # the share of tokens the router sends to an expert (the skip rout
 FORWARD_TILE, DQ_TILE, DKV_TILE = 64, 32, 64
 
 F32, BF16 = 4, 2
+# Bytes per element of a product's activation operand A: an f32 one that cuBLASLt's caller rounds into bf16
+# scratch first (read, write, read again), one written in bf16 by the op that made it (read once).
+ROUNDED, WRITTEN_BF16 = F32 + 2 * BF16, BF16
 
 
-def product(m, n, k, rounding_pass=True):
-    """FLOPs and bytes of C[m, n] = A[m, k] B[k, n]^T with B a bf16 weight: the f32 operand read (and, by
-    cuBLASLt, rounded into bf16 scratch first: read, write, read again), the weight read, C written in f32."""
+def product(m, n, k, operand_bytes=ROUNDED):
+    """FLOPs and bytes of C[m, n] = A[m, k] B[k, n]^T with B a bf16 weight: the operand A read as
+    operand_bytes says, the weight read, C written in f32."""
     flops = 2 * m * n * k
-    a = m * k * (F32 + 2 * BF16) if rounding_pass else m * k * F32
-    return flops, a + n * k * BF16 + m * n * F32
+    return flops, m * k * operand_bytes + n * k * BF16 + m * n * F32
 
 
 def rows(args):
@@ -46,14 +49,17 @@ def rows(args):
     def add(name, flops, bytes_, unit):
         table.append((name, flops, bytes_, unit))
 
-    # Each product once forward and twice backward (the input's gradient and the weight's).
-    def projection(name, n, k, m=T):
-        f, b = product(m, n, k)
-        add(name, 3 * f, 3 * b, "matrix")
+    # Each product once forward and twice backward (the input's gradient and the weight's, from the output's
+    # f32 gradient, rounded).
+    def projection(name, n, k, forward_operand):
+        f, forward = product(T, n, k, forward_operand)
+        _, backward = product(T, n, k)
+        add(name, 3 * f, forward + 2 * backward, "matrix")
 
-    projection("q, k projections (x -> [T, C])", QD + KD, HIDDEN)
-    projection("v projections (current and delayed)", KD, HIDDEN)
-    projection("o_proj", HIDDEN, QD)
+    # q, k and v project the input norm's bf16 output; o_proj reads attention's f32 output, rounded.
+    projection("q, k projections (x -> [T, C])", QD + KD, HIDDEN, WRITTEN_BF16)
+    projection("v projections (current and delayed)", KD, HIDDEN, WRITTEN_BF16)
+    projection("o_proj", HIDDEN, QD, ROUNDED)
     # Depthwise: 2 k0 FLOPs per element; grouped: a [d, d] product per tap and group.
     add("CCA depthwise convolution", 3 * 2 * T * C * K0, 3 * 3 * T * C * F32, "vector")
     f, b = product(T * (HEADS + KV_HEADS), HEAD_DIM, HEAD_DIM * K1)
@@ -81,12 +87,22 @@ def rows(args):
     router = 2 * T * (HIDDEN * ROUTER + 2 * ROUTER * ROUTER + ROUTER * (EXPERTS + 1))
     add("router products (f32)", 3 * router, 3 * T * (HIDDEN + 6 * ROUTER) * F32, "f32 cores")
     # The experts: every routed token through gate|up and down, a grouped product over all experts each.
-    f1, b1 = product(int(ROUTED * T), 2 * INTERMEDIATE, HIDDEN, rounding_pass=False)
-    f2, b2 = product(int(ROUTED * T), HIDDEN, INTERMEDIATE, rounding_pass=False)
+    # Every operand of theirs is written in bf16: the gathered rows and their gradient, SwiGLU's output and
+    # its input's gradient.
+    f1, b1 = product(int(ROUTED * T), 2 * INTERMEDIATE, HIDDEN, WRITTEN_BF16)
+    f2, b2 = product(int(ROUTED * T), HIDDEN, INTERMEDIATE, WRITTEN_BF16)
     add("experts' products (3 grouped per pass)", 3 * (f1 + f2),
         3 * (b1 + b2) + (EXPERTS - 1) * 3 * 3 * HIDDEN * INTERMEDIATE * BF16, "matrix")
-    add("SwiGLU, gather, scatter", 3 * 4 * T * INTERMEDIATE, 3 * (4 * T * INTERMEDIATE + 4 * T * HIDDEN) * F32,
-        "vector")
+    # Forward: SwiGLU reads [T, 2I] f32 and writes [T, I] bf16; the gather reads [T, H] f32 and writes it
+    # in bf16; the scatter reads and writes [T, H] f32. Backward: the gate-scaled gather of the output's
+    # gradient (f32 in, bf16 out), the gate's dot products (two [T, H] f32 reads), SwiGLU's backward
+    # ([T, 2I] and [T, I] f32 in, [T, 2I] bf16 out), the input rows gathered again (f32 in, bf16 out), and
+    # the input gradient scattered (f32 in and out).
+    TI, TH = T * INTERMEDIATE, T * HIDDEN
+    forward = 2 * TI * F32 + TI * BF16 + TH * (F32 + BF16) + 2 * TH * F32
+    backward = (TH * (F32 + BF16) + 2 * TH * F32 + 3 * TI * F32 + 2 * TI * BF16 + TH * (F32 + BF16)
+                + 2 * TH * F32)
+    add("SwiGLU, gather, scatter", 3 * 4 * TI, forward + backward, "vector")
     return table
 
 

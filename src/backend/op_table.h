@@ -7,8 +7,8 @@
 // Each family is one file in every place an op is written: backend/cpu/<family>.cpp,
 // backend/gpu/<family>.cu and backend/op_check/<family>.cpp (its calls in `zaya bench ops`).
 //
-// Every op writes its results through its pointers and returns nothing. Conventions (row-major, T, what
-// "accumulate" means) are in ops.h.
+// Every op writes its results through its pointers and returns nothing; a Destination is written in f32 or
+// bf16, as the caller gives it. Conventions (row-major, T, what "accumulate" means) are in ops.h.
 
 #ifndef ZAYA_FAMILY
 #define ZAYA_FAMILY(name)
@@ -65,7 +65,7 @@ ZAYA_OP(embedding_backward,
 ZAYA_FAMILY(norms)
 // y = weight * x / sqrt(mean(x^2) + eps) over rows of n; rstd[rows] saved for backward.
 ZAYA_OP(rmsnorm_forward,
-        (const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y, float* rstd),
+        (const float* x, const float* weight, int64_t rows, int64_t n, float eps, Destination y, float* rstd),
         (x, weight, rows, n, eps, y, rstd))
 // dx = (accumulate ? dx : 0) + d/dx; dweight accumulates.
 ZAYA_OP(rmsnorm_backward,
@@ -93,7 +93,7 @@ ZAYA_OP(gelu_backward, (const float* x, const float* dy, int64_t count, float* d
 // x[0 .. count) = value.
 ZAYA_OP(fill, (float* x, int64_t count, float value), (x, count, value))
 // x[rows, n] *= mask[rows] (0 or 1).
-ZAYA_OP(mask_rows, (float* x, int64_t rows, int64_t n, const float* mask), (x, rows, n, mask))
+ZAYA_OP(mask_rows, (Destination x, int64_t rows, int64_t n, const float* mask), (x, rows, n, mask))
 // dst[rows, n] (+)= src[rows, n], with row strides.
 ZAYA_OP(copy_rows,
         (const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst, int64_t ld_dst,
@@ -237,7 +237,8 @@ ZAYA_OP(group_by_expert,
         (choice, tokens, experts, order, offsets))
 // dst[i] = src[order[i]] * (scale ? scale[order[i]] : 1) for i < count; rows of n.
 ZAYA_OP(gather_rows,
-        (const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n, float* dst),
+        (const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
+         Destination dst),
         (src, order, scale, count, n, dst))
 // dst[order[i]] (+)= src[i] * (scale ? scale[order[i]] : 1) for i < count.
 ZAYA_OP(scatter_rows,
@@ -249,9 +250,11 @@ ZAYA_OP(gather_dot,
         (const float* a, const int32_t* order, const float* b, int64_t count, int64_t n, float* out),
         (a, order, b, count, n, out))
 // SwiGLU: gate_up [rows, 2 * n] holds gate then up; out [rows, n] = silu(gate) * up.
-ZAYA_OP(swiglu_forward, (const float* gate_up, int64_t rows, int64_t n, float* out), (gate_up, rows, n, out))
+ZAYA_OP(swiglu_forward, (const float* gate_up, int64_t rows, int64_t n, Destination out),
+        (gate_up, rows, n, out))
 // dgate_up [rows, 2 * n] = the gradients of gate and up from dout [rows, n].
-ZAYA_OP(swiglu_backward, (const float* gate_up, const float* dout, int64_t rows, int64_t n, float* dgate_up),
+ZAYA_OP(swiglu_backward,
+        (const float* gate_up, const float* dout, int64_t rows, int64_t n, Destination dgate_up),
         (gate_up, dout, rows, n, dgate_up))
 
 // ---- optimizer ----------------------------------------------------------------------------------------

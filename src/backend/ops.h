@@ -35,6 +35,24 @@ struct Operand {
   }
 };
 
+// Where an op writes an activation that products read next: f32, or bf16, rounded to nearest even as the op
+// writes it (the bits a rounding pass would give), so that a bf16 step's products read it with no rounding
+// pass of their own and no f32 copy is kept.
+struct Destination {
+  void* data = nullptr;
+  DType type = DType::F32;
+  Destination() = default;
+  Destination(float* values) : data(values), type(DType::F32) {}
+  Destination(BFloat16* values) : data(values), type(DType::BF16) {}
+  float* f32() const { return type == DType::F32 ? static_cast<float*>(data) : nullptr; }
+  BFloat16* bf16() const { return type == DType::BF16 ? static_cast<BFloat16*>(data) : nullptr; }
+  // What a product reads from it.
+  Operand operand() const {
+    return type == DType::BF16 ? Operand(static_cast<const BFloat16*>(data))
+                               : Operand(static_cast<const float*>(data));
+  }
+};
+
 // The shape of the CCA attention of one layer.
 struct AttentionShape {
   int64_t batch = 0, seq = 0;

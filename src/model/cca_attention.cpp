@@ -49,9 +49,9 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   // q0 | k0 side by side: the convolution mixes them as one [T, C] signal. xn1 feeds four products here and
   // four in backward.
-  a.xn1_in = product_input(a.xn1, T * H, *attention_arena_);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, QD, H, 1.0f, a.xn1_in, H, m.q_proj, H, 0.0f, a.qk0, C);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, KD, H, 1.0f, a.xn1_in, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
+  const Operand xn1 = a.xn1.operand();
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, QD, H, 1.0f, xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, KD, H, 1.0f, xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
   if (w.q_bias) ops_.add_bias(a.qk0, T, QD, C, w.q_bias);
   if (w.k_bias) ops_.add_bias(a.qk0 + QD, T, KD, C, w.k_bias);
   ops_.qk_mean_forward(a.qk0, T, C, shape, a.q_res, a.k_res);
@@ -100,11 +100,10 @@ void ZayaModel::attention_forward(int layer, const Batch& batch, LayerActivation
 
   // v = [v_proj_current(x_t) | v_proj_delayed(x_{t-1})]; before the first token the delayed projection
   // sees a zero vector, which leaves its bias (or zero).
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1_in, H, m.v_current, H, 0.0f, a.v, KD);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, xn1, H, m.v_current, H, 0.0f, a.v, KD);
   if (w.v_current_bias) ops_.add_bias(a.v, T, half, KD, w.v_current_bias);
   float* delayed = scratch_.alloc<float>(size_t(T * half));
-  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, a.xn1_in, H, m.v_delayed, H, 0.0f, delayed,
-            half);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, T, half, H, 1.0f, xn1, H, m.v_delayed, H, 0.0f, delayed, half);
   float* first = w.v_delayed_bias;
   if (first) {
     ops_.add_bias(delayed, T, half, half, first);
@@ -236,18 +235,18 @@ void ZayaModel::attention_backward(int layer, const Batch& batch, LayerActivatio
   if (g.v_delayed_bias) ops_.bias_backward(d_delayed, T, half, half, g.v_delayed_bias);
   if (g.v_current_bias) ops_.bias_backward(d_v, T, half, KD, g.v_current_bias);
   // Each gradient below feeds two products: its weight's gradient and the input gradient.
+  const Operand xn1 = a.xn1.operand();
   const Operand d_v_in = product_input(d_v, T * KD, scratch_);
   const Operand d_delayed_in = product_input(d_delayed, T * half, scratch_);
   const Operand d_qk0_in = product_input(d_qk0, T * C, scratch_);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_v_in, KD, a.xn1_in, H, 1.0f, g.v_current,
-            H);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_delayed_in, half, a.xn1_in, H, 1.0f,
+  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_v_in, KD, xn1, H, 1.0f, g.v_current, H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, half, H, T, 1.0f, d_delayed_in, half, xn1, H, 1.0f,
             g.v_delayed, H);
 
   // q and k projections.
-  ops_.gemm(precision_, Trans::Yes, Trans::No, QD, H, T, 1.0f, d_qk0_in, C, a.xn1_in, H, 1.0f, g.q_proj, H);
-  ops_.gemm(precision_, Trans::Yes, Trans::No, KD, H, T, 1.0f, d_qk0_in.offset(QD), C, a.xn1_in, H, 1.0f,
-            g.k_proj, H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, QD, H, T, 1.0f, d_qk0_in, C, xn1, H, 1.0f, g.q_proj, H);
+  ops_.gemm(precision_, Trans::Yes, Trans::No, KD, H, T, 1.0f, d_qk0_in.offset(QD), C, xn1, H, 1.0f, g.k_proj,
+            H);
   if (g.q_bias) ops_.bias_backward(d_qk0, T, QD, C, g.q_bias);
   if (g.k_bias) ops_.bias_backward(d_qk0 + QD, T, KD, C, g.k_bias);
 

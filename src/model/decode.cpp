@@ -59,18 +59,18 @@ void ZayaModel::decode_qkv(int64_t l, DecodeCache* const* caches, int64_t B, Lay
   const LayerMatrices& m = m_.layers[size_t(l)];
   const AttentionShape shape{B, 1, dims_.heads, dims_.kv_heads, D, dims_.layer[size_t(l)].window};
   auto f = [&](int64_t size) { return arena_.alloc<float>(size_t(size)); };
-  ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, a.xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, B, KD, H, 1.0f, a.xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
+  const Operand xn1 = a.xn1.operand();
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, QD, H, 1.0f, xn1, H, m.q_proj, H, 0.0f, a.qk0, C);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, KD, H, 1.0f, xn1, H, m.k_proj, H, 0.0f, a.qk0 + QD, C);
   if (w.q_bias) ops_.add_bias(a.qk0, B, QD, C, w.q_bias);
   if (w.k_bias) ops_.add_bias(a.qk0 + QD, B, KD, C, w.k_bias);
   ops_.qk_mean_forward(a.qk0, B, C, shape, a.q_res, a.k_res);
 
   // Values: this token's current half; the delayed half is the previous token's, kept in the cache.
   float* delayed = f(B * half);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_current, H, 0.0f, a.v, KD);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, xn1, H, m.v_current, H, 0.0f, a.v, KD);
   if (w.v_current_bias) ops_.add_bias(a.v, B, half, KD, w.v_current_bias);
-  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, a.xn1, H, m.v_delayed, H, 0.0f, delayed,
-            half);
+  ops_.gemm(precision_, Trans::No, Trans::Yes, B, half, H, 1.0f, xn1, H, m.v_delayed, H, 0.0f, delayed, half);
   if (w.v_delayed_bias) ops_.add_bias(delayed, B, half, half, w.v_delayed_bias);
 
   // The convolution's last output for each sequence, from its kept rows and this one (the kept rows are
@@ -217,7 +217,7 @@ const float* ZayaModel::prefill(const int32_t* const* prompts, const int64_t* le
       ops_.copy_rows(a.qk0 + (end - kept_rows) * C, C, kept_rows, C,
                      state.conv_tail.as<float>() + (tail_rows - kept_rows) * C, C, false);
       float* delayed = state.delayed.as<float>();
-      ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1 + (end - 1) * H, H,
+      ops_.gemm(precision_, Trans::No, Trans::Yes, 1, half, H, 1.0f, a.xn1.operand().offset((end - 1) * H), H,
                 m_.layers[size_t(l)].v_delayed, H, 0.0f, delayed, half);
       if (w.v_delayed_bias) ops_.add_bias(delayed, 1, half, half, w.v_delayed_bias);
     }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/ops.h"
+
 namespace zaya {
 
 struct ExpertExchange {
@@ -15,7 +17,7 @@ struct ExpertExchange {
   // In the activation arena (the backend's memory), until the next forward pass.
   float* x = nullptr;        // [M, H] received rows
   float* gate_up = nullptr;  // [M, 2I]
-  float* act = nullptr;      // [M, I]
+  Destination act;           // [M, I] (bf16 in bf16 runs)
 };
 
 }  // namespace zaya

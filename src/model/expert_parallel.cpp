@@ -72,7 +72,7 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
   ex.received = received;
   ex.x = moe_arena_->alloc<float>(size_t(received * H));
   ex.gate_up = moe_arena_->alloc<float>(size_t(received * 2 * I));
-  ex.act = moe_arena_->alloc<float>(size_t(received * I));
+  ex.act = product_activation(received * I, *moe_arena_);
   group.all_to_all(x, ex.send, ex.x, ex.recv);
 
   float* y = scratch_.alloc<float>(size_t(received * H));
@@ -82,7 +82,7 @@ void ZayaModel::experts_forward_parallel(int layer, LayerActivations& a, const f
   });
   ops_.swiglu_forward(ex.gate_up, received, I, ex.act);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act + begin * I, I,
+    ops_.gemm(precision_, Trans::No, Trans::Yes, rows, H, I, 1.0f, ex.act.operand().offset(begin * I), I,
               m.down.offset(e * H * I), I, 0.0f, y + begin * H, H);
   });
   group.all_to_all(y, ex.recv, a.y, ex.send);
@@ -105,16 +105,18 @@ void ZayaModel::experts_backward_parallel(int layer, const float* d_y, float* d_
     ops_.gemm(precision_, Trans::No, Trans::No, rows, I, H, 1.0f, d_y_here + begin * H, H,
               m.down.offset(e * H * I), I, 0.0f, d_act + begin * I, I);
     ops_.gemm(precision_, Trans::Yes, Trans::No, H, I, rows, 1.0f, d_y_here + begin * H, H,
-              ex.act + begin * I, I, 1.0f, g.down + e * H * I, I);
+              ex.act.operand().offset(begin * I), I, 1.0f, g.down + e * H * I, I);
   });
-  float* d_gate_up = f(received * 2 * I);
+  const Destination d_gate_up = product_activation(received * 2 * I, scratch_);
   ops_.swiglu_backward(ex.gate_up, d_act, received, I, d_gate_up);
   float* d_x_here = f(received * H);
   for_each_block(ex, P, p, E, [&](int64_t e, int64_t begin, int64_t rows) {
-    ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-              ex.x + begin * H, H, 1.0f, g.gate_up + e * 2 * I * H, H);
-    ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f, d_gate_up + begin * 2 * I, 2 * I,
-              m.gate_up.offset(e * 2 * I * H), H, 0.0f, d_x_here + begin * H, H);
+    ops_.gemm(precision_, Trans::Yes, Trans::No, 2 * I, H, rows, 1.0f,
+              d_gate_up.operand().offset(begin * 2 * I), 2 * I, ex.x + begin * H, H, 1.0f,
+              g.gate_up + e * 2 * I * H, H);
+    ops_.gemm(precision_, Trans::No, Trans::No, rows, H, 2 * I, 1.0f,
+              d_gate_up.operand().offset(begin * 2 * I), 2 * I, m.gate_up.offset(e * 2 * I * H), H, 0.0f,
+              d_x_here + begin * H, H);
   });
   group.all_to_all(d_x_here, ex.recv, d_x, ex.send);
 }

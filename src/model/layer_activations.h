@@ -13,8 +13,8 @@ namespace zaya {
 struct LayerActivations {
   float* x_in = nullptr;   // [T, H] the residual stream entering the layer
   float* rstd1 = nullptr;  // [T] input_layernorm
-  float* xn1 = nullptr;    // [T, H] normalised input, padding rows zeroed (what q, k, v project)
-  Operand xn1_in;          // xn1 as the products read it (rounded once in bf16 runs)
+  Destination xn1;         // [T, H] normalised input, padding rows zeroed: what q, k, v project (bf16 in
+                           // bf16 runs, as every Destination here)
 
   float* qk0 = nullptr;      // [T, C] q_proj | k_proj outputs (the convolution's input)
   float* q_res = nullptr;    // [T, heads * D] the q-k mean skip for queries
@@ -60,8 +60,7 @@ struct LayerActivations {
   int64_t* offsets = nullptr;         // [E + 1]
   std::vector<int64_t> host_offsets;  // [E + 1] read to the host under expert parallelism (its sizes)
   float* gate_up = nullptr;           // [N, 2I] expert gate | up outputs
-  float* act = nullptr;               // [N, I] silu(gate) * up (f32 runs; bf16 keeps act_in alone)
-  Operand act_in;                     // act as the products read it
+  Destination act;                    // [N, I] silu(gate) * up
   float* y = nullptr;                 // [N, H] expert outputs before the gate
   float* moe = nullptr;               // [T, H] gated expert output per token
 };

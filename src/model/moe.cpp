@@ -41,17 +41,18 @@ void ZayaModel::moe_forward(int layer, const Batch& batch, LayerActivations& a,
   // Experts: group the tokens by expert, one SwiGLU per expert, scatter back times the gate.
   ops_.group_by_expert(a.choice, T, E, a.order, a.offsets);
   const int64_t rows = expert_rows(a, T);
-  float* x = scratch_.alloc<float>(size_t(rows * H));
-  ops_.gather_rows(a.xn2, a.order, nullptr, rows, H, x);
-  if (expert_parallel()) {
+  if (expert_parallel()) {  // the exchange moves f32 rows
+    float* x = scratch_.alloc<float>(size_t(rows * H));
+    ops_.gather_rows(a.xn2, a.order, nullptr, rows, H, x);
     experts_forward_parallel(layer, a, x);
   } else {
-    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, 2 * I, H, x, H, m.gate_up, 2 * I * H, H,
-                      a.gate_up, 2 * I);
-    float* act = a.act ? a.act : scratch_.alloc<float>(size_t(T * I));  // bf16: only act_in is kept
-    ops_.swiglu_forward(a.gate_up, T, I, act);
-    a.act_in = product_input(act, T * I, *moe_arena_);  // read again by the down weights' gradient
-    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, H, I, a.act_in, I, m.down, H * I, I, a.y, H);
+    const Destination x = product_activation(T * H, scratch_);
+    ops_.gather_rows(a.xn2, a.order, nullptr, T, H, x);
+    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, 2 * I, H, x.operand(), H, m.gate_up, 2 * I * H,
+                      H, a.gate_up, 2 * I);
+    ops_.swiglu_forward(a.gate_up, T, I, a.act);
+    ops_.grouped_gemm(precision_, Trans::Yes, a.offsets, E, T, H, I, a.act.operand(), I, m.down, H * I, I,
+                      a.y, H);
   }
   if (rows < T) ops_.fill(a.moe, T * H, 0.0f);  // the skip-routed tokens' rows, not scattered
   ops_.scatter_rows(a.y, a.order, a.gate, rows, H, false, a.moe);
@@ -83,7 +84,7 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
 
   // moe[t] = gate[t] * y[t]: the expert output gets gate * d_moe, the gate gets d_moe . y (0 for the
   // skip-routed tokens, whose gate and y are 0).
-  float* d_y = f(rows * H);
+  const Destination d_y = expert_parallel() ? Destination(f(rows * H)) : product_activation(T * H, scratch_);
   ops_.gather_rows(d_moe, a.order, a.gate, rows, H, d_y);
   float* d_gate_grouped = f(rows);
   ops_.gather_dot(d_moe, a.order, a.y, rows, H, d_gate_grouped);
@@ -93,20 +94,21 @@ void ZayaModel::moe_backward(int layer, const Batch& batch, LayerActivations& a,
 
   float* d_x = f(rows * H);
   if (expert_parallel()) {
-    experts_backward_parallel(layer, d_y, d_x);
+    experts_backward_parallel(layer, d_y.f32(), d_x);
   } else {
     // d_y and d_gate_up each feed two products.
     float* d_act = f(T * I);
-    const Operand d_y_in = product_input(d_y, T * H, scratch_);
-    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, I, H, d_y_in, H, m.down, H * I, I, d_act, I);
-    ops_.grouped_weight_gradient(precision_, a.offsets, E, H, I, d_y_in, H, a.act_in, I, g.down);
-    float* d_gate_up = f(T * 2 * I);
+    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, I, H, d_y.operand(), H, m.down, H * I, I, d_act,
+                      I);
+    ops_.grouped_weight_gradient(precision_, a.offsets, E, H, I, d_y.operand(), H, a.act.operand(), I,
+                                 g.down);
+    const Destination d_gate_up = product_activation(T * 2 * I, scratch_);
     ops_.swiglu_backward(a.gate_up, d_act, T, I, d_gate_up);
-    const Operand d_gate_up_in = product_input(d_gate_up, T * 2 * I, scratch_);
-    float* x = f(T * H);
+    const Destination x = product_activation(T * H, scratch_);
     ops_.gather_rows(a.xn2, a.order, nullptr, T, H, x);
-    ops_.grouped_weight_gradient(precision_, a.offsets, E, 2 * I, H, d_gate_up_in, 2 * I, x, H, g.gate_up);
-    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, H, 2 * I, d_gate_up_in, 2 * I, m.gate_up,
+    ops_.grouped_weight_gradient(precision_, a.offsets, E, 2 * I, H, d_gate_up.operand(), 2 * I, x.operand(),
+                                 H, g.gate_up);
+    ops_.grouped_gemm(precision_, Trans::No, a.offsets, E, T, H, 2 * I, d_gate_up.operand(), 2 * I, m.gate_up,
                       2 * I * H, H, d_x, H);
   }
   if (rows < T) ops_.fill(d_xn2, T * H, 0.0f);

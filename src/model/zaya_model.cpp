@@ -226,6 +226,11 @@ Operand ZayaModel::product_input(const float* x, int64_t count, Arena& arena) {
   return rounded;
 }
 
+Destination ZayaModel::product_activation(int64_t count, Arena& arena) {
+  if (precision_ == Precision::BF16) return arena.alloc<BFloat16>(size_t(count));
+  return arena.alloc<float>(size_t(count));
+}
+
 const float* ZayaModel::host_logits(const float* logits, int64_t rows) {
   if (&ops_.memory() == &host_memory()) return logits;
   host_logits_.resize(size_t(rows * dims_.vocab));
@@ -304,7 +309,7 @@ void ZayaModel::allocate_rest(LayerActivations& a, const Batch& batch, int32_t* 
   const int64_t T = batch.tokens(), H = dims_.hidden, R = dims_.router;
   auto f = [&](int64_t count) { return arena.alloc<float>(size_t(count)); };
   a.rstd1 = f(T);
-  a.xn1 = f(T * H);
+  a.xn1 = product_activation(T * H, arena);
   a.r1 = f(T * H);
   a.rstd2 = f(T);
   a.xn2 = f(T * H);
@@ -322,9 +327,7 @@ void ZayaModel::allocate_rest(LayerActivations& a, const Batch& batch, int32_t* 
   a.order = arena.alloc<int32_t>(size_t(T));
   a.offsets = arena.alloc<int64_t>(size_t(dims_.experts + 1));
   a.gate_up = f(T * 2 * dims_.intermediate);
-  // In bf16 runs the products read SwiGLU's output as its bf16 copy alone (act_in, kept), so the f32 values
-  // live in scratch only while that copy is made (moe_forward).
-  a.act = precision_ == Precision::BF16 ? nullptr : f(T * dims_.intermediate);
+  a.act = product_activation(T * dims_.intermediate, arena);
   a.y = f(T * H);
   a.moe = f(T * H);
 }

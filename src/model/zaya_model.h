@@ -203,6 +203,9 @@ class ZayaModel {
   // A product's input read by more than one product: in bf16 runs rounded once into `arena` (the operand the
   // products read as it is, without rounding it each), in fp32 x itself.
   Operand product_input(const float* x, int64_t count, Arena& arena);
+  // Room in `arena` for an activation that products read next, written by the op that makes it: bf16 in
+  // bf16 runs (rounded as it is written, no f32 copy), else f32.
+  Destination product_activation(int64_t count, Arena& arena);
   // The step's sums on the device (the loss, each layer's router statistics): zeroed at the start of a
   // forward, read to the host in one call at its end.
   void reset_step_sums();

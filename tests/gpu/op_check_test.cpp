@@ -7,14 +7,16 @@
 //   the partial sums against the output's largest value: 1e-4. Integer outputs (choices, orders, offsets,
 //   counts) must be equal, and an integer that differs is an error of at least 1 against values below the
 //   token count (140): at least 7e-3, far past the bound.
-//   bf16 (the products, grouped or not, the attention, Newton-Schulz and the loss's gradient; every other op
-//   is f32 whatever the precision): both sides round the same f32 values to bf16, but a value within an f32
-//   ulp of a rounding tie may round the other way, one bf16 ulp (2^-8) of itself; a few such flips summed in
-//   a product stay within 4 * 2^-8 of the output's scale (the bound of the GPU tests that check these ops
-//   alone). Newton-Schulz in bf16 carries its flips through five steps that amplify them, and its output is
-//   an orthogonalised matrix: its scale is its singular values (about 1), not its largest entry (0.25 here),
-//   so its bound is 4 * 2^-8 absolute. Seen: 7.1e-3 (2.9e-2 of the largest entry), while the CPU's own bf16
-//   result differs from its f32 one by 9.9e-3 (optimizer_test holds the GPU to the CPU's bf16 accuracy).
+//   bf16 (the products, grouped or not, the attention, Newton-Schulz and the loss's gradient, and the ops
+//   that write a bf16 run's activations in bf16: RMSNorm, the row mask and gather, SwiGLU both ways; every
+//   other op is f32 whatever the precision): both sides round the same f32 values to bf16, but a value
+//   within an f32 ulp of a rounding tie may round the other way, one bf16 ulp (2^-8) of itself; a few such
+//   flips summed in a product stay within 4 * 2^-8 of the output's scale (the bound of the GPU tests that
+//   check these ops alone). Newton-Schulz in bf16 carries its flips through five steps that amplify them, and
+//   its output is an orthogonalised matrix: its scale is its singular values (about 1), not its largest entry
+//   (0.25 here), so its bound is 4 * 2^-8 absolute. Seen: 7.1e-3 (2.9e-2 of the largest entry), while the
+//   CPU's own bf16 result differs from its f32 one by 9.9e-3 (optimizer_test holds the GPU to the CPU's bf16
+//   accuracy).
 // The CPU against itself runs the same code on the same inputs: every error exactly 0.
 
 #include <algorithm>
@@ -45,7 +47,8 @@ OpCheckShape tiny_shape() {
 bool precision_dependent(const std::string& op) {
   return op == "gemm" || op == "grouped_gemm" || op == "grouped_weight_gradient" ||
          op == "attention_forward" || op == "attention_backward" || op == "newton_schulz" ||
-         op == "cross_entropy";
+         op == "cross_entropy" || op == "rmsnorm_forward" || op == "mask_rows" || op == "gather_rows" ||
+         op == "swiglu_forward" || op == "swiglu_backward";
 }
 
 // Every op of the table reported, and nothing else.

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "gpu/gpu_test_util.h"
 
@@ -241,6 +242,81 @@ TEST_F(GpuRouting, SwigluForwardAndBackward) {
   cpu().swiglu_backward(gate_up.data(), dout.data(), rows, n, dgate_up.data());
   gpu().swiglu_backward(ggate_up.data(), gdout.data(), rows, n, gdgate_up.data());
   EXPECT_TRUE(close(gdgate_up.host(), dgate_up, 1e-6, 1e-5));
+}
+
+// Values in `ops`'s memory.
+template <class T>
+AlignedBuffer placed(Ops& ops, const std::vector<T>& values) {
+  AlignedBuffer buffer(values.size() * sizeof(T), ops.memory());
+  ops.copy_from_host(buffer.data(), values.data(), buffer.size());
+  return buffer;
+}
+
+// write(dst) runs an op into a Destination of `count` values, once f32 and once bf16: the bf16 bits must be
+// the f32 values rounded to nearest even, exactly (the op rounds as it writes, what a pass after it gave).
+template <class Write>
+testing::AssertionResult rounded_as_written(Ops& ops, int64_t count, const Write& write) {
+  AlignedBuffer f32(size_t(count) * sizeof(float), ops.memory()),
+      bf16(size_t(count) * sizeof(BFloat16), ops.memory());
+  write(Destination(f32.as<float>()));
+  write(Destination(bf16.as<BFloat16>()));
+  std::vector<float> values(static_cast<size_t>(count));
+  std::vector<BFloat16> rounded(static_cast<size_t>(count));
+  ops.read_to_host(values.data(), f32.data(), f32.size());
+  ops.read_to_host(rounded.data(), bf16.data(), bf16.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (rounded[i].bits != f32_to_bf16(values[i])) {
+      return testing::AssertionFailure()
+             << "element " << i << ": f32 " << values[i] << ", bf16 " << bf16_to_f32(rounded[i].bits);
+    }
+  }
+  return testing::AssertionSuccess();
+}
+
+// The ops that write a bf16 run's activations, on either backend. Rows of 50: not a multiple of the CPU's
+// 8-lane blocks.
+TEST_F(GpuRouting, Bf16DestinationsHoldTheRoundedF32Outputs) {
+  const int64_t rows = 37, n = 50;
+  const auto x = random_values(size_t(rows * 2 * n), 28, 4.0f), dout = random_values(size_t(rows * n), 29),
+             weight = random_values(size_t(n), 30), scale = random_values(size_t(rows), 31);
+  std::vector<int32_t> order(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) order[size_t(i)] = int32_t((i * 11) % rows);  // a permutation
+  std::vector<float> mask(static_cast<size_t>(rows), 1.0f);
+  for (size_t r = 0; r < mask.size(); r += 3) mask[r] = 0.0f;
+  for (Ops* ops : {&cpu(), &gpu()}) {
+    const char* side = ops == &cpu() ? "CPU" : "GPU";
+    AlignedBuffer px = placed(*ops, x), pdout = placed(*ops, dout), pweight = placed(*ops, weight),
+                  pscale = placed(*ops, scale), porder = placed(*ops, order), pmask = placed(*ops, mask),
+                  rstd(size_t(rows) * sizeof(float), ops->memory());
+    const float* in = px.as<float>();
+    EXPECT_TRUE(rounded_as_written(*ops, rows * n,
+                                   [&](Destination y) {
+                                     ops->rmsnorm_forward(in, pweight.as<float>(), rows, n, 1e-5f, y,
+                                                          rstd.as<float>());
+                                   }))
+        << "rmsnorm_forward, " << side;
+    EXPECT_TRUE(rounded_as_written(*ops, rows * n,
+                                   [&](Destination y) {
+                                     ops->rmsnorm_forward(in, pweight.as<float>(), rows, n, 1e-5f, y,
+                                                          rstd.as<float>());
+                                     ops->mask_rows(y, rows, n, pmask.as<float>());
+                                   }))
+        << "mask_rows, " << side;
+    for (const float* gate :
+         {static_cast<const float*>(nullptr), static_cast<const float*>(pscale.as<float>())}) {
+      EXPECT_TRUE(rounded_as_written(
+          *ops, rows * n,
+          [&](Destination dst) { ops->gather_rows(in, porder.as<int32_t>(), gate, rows, n, dst); }))
+          << "gather_rows, " << side << (gate ? ", scaled" : "");
+    }
+    EXPECT_TRUE(
+        rounded_as_written(*ops, rows * n, [&](Destination out) { ops->swiglu_forward(in, rows, n, out); }))
+        << "swiglu_forward, " << side;
+    EXPECT_TRUE(rounded_as_written(
+        *ops, rows * 2 * n,
+        [&](Destination dgate_up) { ops->swiglu_backward(in, pdout.as<float>(), rows, n, dgate_up); }))
+        << "swiglu_backward, " << side;
+  }
 }
 
 // Labels for the loss: random, with some rows ignored (-100) and the first and last classes used.

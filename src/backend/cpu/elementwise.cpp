@@ -33,11 +33,18 @@ void CpuOps::fill(float* x, int64_t count, float value) {
   for (int64_t i = 0; i < count; ++i) x[i] = value;
 }
 
-void CpuOps::mask_rows(float* x, int64_t rows, int64_t n, const float* mask) {
+void CpuOps::mask_rows(Destination x, int64_t rows, int64_t n, const float* mask) {
+  float* f32 = x.f32();
+  BFloat16* bf16 = x.bf16();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    if (mask[r] != 1.0f) {
-      for (int64_t j = 0; j < n; ++j) x[r * n + j] *= mask[r];
+    if (mask[r] == 1.0f) continue;
+    for (int64_t j = r * n; j < (r + 1) * n; ++j) {
+      if (f32) {
+        f32[j] *= mask[r];
+      } else {
+        bf16[j].bits = f32_to_bf16(bf16_to_f32(bf16[j].bits) * mask[r]);
+      }
     }
   }
 }

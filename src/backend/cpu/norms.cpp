@@ -1,26 +1,26 @@
 // RMSNorm and the residual scaling around each half of a layer. Parallel over rows; parameter gradients
 // through reduce_columns (fixed order).
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/destination_rows.h"
 
 namespace zaya {
 
 void CpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
-                             float* y, float* rstd) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+                             Destination y, float* rstd) {
+  write_rows(y, rows, n, [&](int64_t r, float* yr) {
     const float* xr = x + r * n;
     float sum_sq = 0;
 #pragma omp simd reduction(+ : sum_sq)
     for (int64_t j = 0; j < n; ++j) sum_sq += xr[j] * xr[j];
     const float inv = 1.0f / std::sqrt(sum_sq / float(n) + eps);
     rstd[r] = inv;
-    float* yr = y + r * n;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) yr[j] = weight[j] * (xr[j] * inv);
-  }
+  });
 }
 
 // y = w * x * rstd, rstd = (mean(x^2) + eps)^-1/2:

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/destination_rows.h"
 #include "core/vec_math.h"
 
 namespace zaya {
@@ -99,18 +100,17 @@ void CpuOps::group_by_expert(const int32_t* choice, int64_t tokens, int64_t expe
 }
 
 void CpuOps::gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                         float* dst) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
+                         Destination dst) {
+  write_rows(dst, count, n, [&](int64_t i, float* out) {
     const float* from = src + int64_t(order[i]) * n;
     if (!scale) {
-      std::memcpy(dst + i * n, from, size_t(n) * sizeof(float));
-      continue;
+      std::memcpy(out, from, size_t(n) * sizeof(float));
+      return;
     }
     const float factor = scale[order[i]];
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) dst[i * n + j] = factor * from[j];
-  }
+    for (int64_t j = 0; j < n; ++j) out[j] = factor * from[j];
+  });
 }
 
 void CpuOps::scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count,
@@ -149,27 +149,25 @@ void for_each_lane_block(int64_t n, const Body& body) {
   for (int64_t j = 0; j < n; j += 8) body(j, std::min<int64_t>(8, n - j));
 }
 
-void CpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+void CpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, Destination out) {
+  write_rows(out, rows, n, [&](int64_t r, float* row) {
     const float* gate = gate_up + r * 2 * n;
     const float* up = gate + n;
     for_each_lane_block(n, [&](int64_t j, int64_t width) {
       const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
-      store_partial(out + r * n + j, g * vsigmoid(g) * u, width);
+      store_partial(row + j, g * vsigmoid(g) * u, width);
     });
-  }
+  });
 }
 
 // out = silu(g) u: d up = d silu(g), d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))).
 void CpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
-                             float* dgate_up) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+                             Destination dgate_up) {
+  write_rows(dgate_up, rows, 2 * n, [&](int64_t r, float* row) {
     const float* gate = gate_up + r * 2 * n;
     const float* up = gate + n;
-    float* dgate = dgate_up + r * 2 * n;
-    float* dup = dgate + n;
+    float* dgate = row;
+    float* dup = row + n;
     for_each_lane_block(n, [&](int64_t j, int64_t width) {
       const Float8 g = load_partial(gate + j, width, 0.0f), u = load_partial(up + j, width, 0.0f);
       const Float8 d = load_partial(dout + r * n + j, width, 0.0f);
@@ -177,7 +175,7 @@ void CpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t ro
       store_partial(dup + j, d * g * sig, width);
       store_partial(dgate + j, d * u * sig * (1.0f + g * (1.0f - sig)), width);
     });
-  }
+  });
 }
 
 }  // namespace zaya

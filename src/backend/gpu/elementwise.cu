@@ -37,9 +37,9 @@ ZAYA_KERNEL(gpu::kThreads) void fill_kernel(float* x, int64_t count, float value
   if (i < count) x[i] = value;
 }
 
-ZAYA_KERNEL(gpu::kThreads) void mask_rows_kernel(float* x, int64_t rows, int64_t n, const float* mask) {
+ZAYA_KERNEL(gpu::kThreads) void mask_rows_kernel(gpu::Output x, int64_t rows, int64_t n, const float* mask) {
   const int64_t i = global_index();
-  if (i < rows * n && mask[i / n] != 1.0f) x[i] *= mask[i / n];
+  if (i < rows * n && mask[i / n] != 1.0f) x.store(i, x.load(i) * mask[i / n]);
 }
 
 ZAYA_KERNEL(gpu::kThreads)
@@ -109,9 +109,9 @@ void GpuOps::fill(float* x, int64_t count, float value) {
               gpu::as_stream(stream_), x, count, value);
 }
 
-void GpuOps::mask_rows(float* x, int64_t rows, int64_t n, const float* mask) {
+void GpuOps::mask_rows(Destination x, int64_t rows, int64_t n, const float* mask) {
   gpu::launch("mask_rows", mask_rows_kernel, gpu::cover(rows * n, gpu::kThreads), {gpu::kThreads}, 0,
-              gpu::as_stream(stream_), x, rows, n, mask);
+              gpu::as_stream(stream_), gpu::output(x), rows, n, mask);
 }
 
 void GpuOps::copy_rows(const float* src, int64_t ld_src, int64_t rows, int64_t n, float* dst, int64_t ld_dst,

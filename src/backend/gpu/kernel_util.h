@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/gpu/language.h"
+#include "backend/ops.h"
 
 namespace zaya::gpu {
 
@@ -14,6 +15,25 @@ inline constexpr int kMaxWarps = 1024 / 32;
 
 inline Stream as_stream(void* stream) {
   return static_cast<Stream>(stream);
+}
+
+// A Destination (ops.h) as a kernel writes it: f32 values, or the bf16 bits of each, rounded as it is
+// stored; the other pointer is null.
+struct Output {
+  float* f32;
+  uint16_t* bf16;
+  ZAYA_DEVICE void store(int64_t i, float value) const {
+    if (bf16) {
+      bf16[i] = bf16_bits(value);
+    } else {
+      f32[i] = value;
+    }
+  }
+  ZAYA_DEVICE float load(int64_t i) const { return bf16 ? bf16_value(bf16[i]) : f32[i]; }
+};
+
+inline Output output(Destination dst) {
+  return Output{dst.f32(), reinterpret_cast<uint16_t*>(dst.bf16())};
 }
 
 ZAYA_DEVICE float warp_sum(float value) {

@@ -13,7 +13,7 @@ using gpu::thread_x;
 constexpr unsigned kRowThreads = 256;
 
 ZAYA_KERNEL(kRowThreads)
-void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, float eps, float* y,
+void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, float eps, gpu::Output y,
                             float* rstd) {
   ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
   const int64_t row = block_x();
@@ -23,7 +23,7 @@ void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, floa
   sum_squares = gpu::block_sum(sum_squares, scratch);
   const float inv = 1.0f / sqrtf(sum_squares / float(n) + eps);
   if (thread_x() == 0) rstd[row] = inv;
-  for (int64_t j = thread_x(); j < n; j += block_dim_x()) y[row * n + j] = weight[j] * (xr[j] * inv);
+  for (int64_t j = thread_x(); j < n; j += block_dim_x()) y.store(row * n + j, weight[j] * (xr[j] * inv));
 }
 
 // dx = rstd (w dy) - x rstd^3 / n sum(w dy x).
@@ -90,9 +90,9 @@ struct BiasedProduct {  // dout[r, j] (v[r, j] + bias[j])
 }  // namespace
 
 void GpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
-                             float* y, float* rstd) {
+                             Destination y, float* rstd) {
   gpu::launch("rmsnorm_forward", rmsnorm_forward_kernel, {unsigned(rows)}, {kRowThreads}, 0,
-              gpu::as_stream(stream_), x, weight, n, eps, y, rstd);
+              gpu::as_stream(stream_), x, weight, n, eps, gpu::output(y), rstd);
 }
 
 void GpuOps::rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,

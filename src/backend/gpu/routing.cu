@@ -289,12 +289,12 @@ void group_scatter_kernel(const int32_t* choice, const int32_t* rank, const int3
 // One thread per element of the gathered rows [count, n].
 ZAYA_KERNEL(gpu::kThreads)
 void gather_rows_kernel(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                        float* dst) {
+                        gpu::Output dst) {
   const int64_t i = global_index();
   if (i >= count * n) return;
   const int64_t row = order[i / n];
   const float value = src[row * n + i % n];
-  dst[i] = scale ? scale[row] * value : value;
+  dst.store(i, scale ? scale[row] * value : value);
 }
 
 // One thread per element of src [count, n]; order's rows are distinct, so no two threads write one place.
@@ -331,25 +331,25 @@ ZAYA_DEVICE float sigmoid(float x) {
 }
 
 ZAYA_KERNEL(gpu::kThreads)
-void swiglu_forward_kernel(const float* gate_up, int64_t rows, int64_t n, float* out) {
+void swiglu_forward_kernel(const float* gate_up, int64_t rows, int64_t n, gpu::Output out) {
   const int64_t i = global_index();
   if (i >= rows * n) return;
   const int64_t r = i / n, j = i % n;
   const float g = gate_up[r * 2 * n + j], u = gate_up[r * 2 * n + n + j];
-  out[i] = g * sigmoid(g) * u;
+  out.store(i, g * sigmoid(g) * u);
 }
 
 // out = silu(g) u: d up = d silu(g), d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))).
 ZAYA_KERNEL(gpu::kThreads)
 void swiglu_backward_kernel(const float* gate_up, const float* dout, int64_t rows, int64_t n,
-                            float* dgate_up) {
+                            gpu::Output dgate_up) {
   const int64_t i = global_index();
   if (i >= rows * n) return;
   const int64_t r = i / n, j = i % n;
   const float g = gate_up[r * 2 * n + j], u = gate_up[r * 2 * n + n + j], d = dout[i];
   const float sig = sigmoid(g);
-  dgate_up[r * 2 * n + n + j] = d * g * sig;
-  dgate_up[r * 2 * n + j] = d * u * sig * (1.0f + g * (1.0f - sig));
+  dgate_up.store(r * 2 * n + n + j, d * g * sig);
+  dgate_up.store(r * 2 * n + j, d * u * sig * (1.0f + g * (1.0f - sig)));
 }
 
 // Rounds bytes up to a multiple of 8, so that the next piece of scratch is aligned for int64 and double.
@@ -425,9 +425,9 @@ void GpuOps::group_by_expert(const int32_t* choice, int64_t tokens, int64_t expe
 }
 
 void GpuOps::gather_rows(const float* src, const int32_t* order, const float* scale, int64_t count, int64_t n,
-                         float* dst) {
+                         Destination dst) {
   gpu::launch("gather_rows", gather_rows_kernel, gpu::cover(count * n, gpu::kThreads), {gpu::kThreads}, 0,
-              gpu::as_stream(stream_), src, order, scale, count, n, dst);
+              gpu::as_stream(stream_), src, order, scale, count, n, gpu::output(dst));
 }
 
 void GpuOps::scatter_rows(const float* src, const int32_t* order, const float* scale, int64_t count,
@@ -442,15 +442,15 @@ void GpuOps::gather_dot(const float* a, const int32_t* order, const float* b, in
               a, order, b, n, out);
 }
 
-void GpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, float* out) {
+void GpuOps::swiglu_forward(const float* gate_up, int64_t rows, int64_t n, Destination out) {
   gpu::launch("swiglu_forward", swiglu_forward_kernel, gpu::cover(rows * n, gpu::kThreads), {gpu::kThreads},
-              0, gpu::as_stream(stream_), gate_up, rows, n, out);
+              0, gpu::as_stream(stream_), gate_up, rows, n, gpu::output(out));
 }
 
 void GpuOps::swiglu_backward(const float* gate_up, const float* dout, int64_t rows, int64_t n,
-                             float* dgate_up) {
+                             Destination dgate_up) {
   gpu::launch("swiglu_backward", swiglu_backward_kernel, gpu::cover(rows * n, gpu::kThreads), {gpu::kThreads},
-              0, gpu::as_stream(stream_), gate_up, dout, rows, n, dgate_up);
+              0, gpu::as_stream(stream_), gate_up, dout, rows, n, gpu::output(dgate_up));
 }
 
 }  // namespace zaya

@@ -52,6 +52,13 @@ struct Array {
   size_t index = 0;
 };
 
+// A handle to an activation output, which the op writes to a Destination (ops.h): bf16 in a bf16 check, as
+// a bf16 run's products read it, else f32.
+struct Activation {
+  size_t index = 0;
+  bool bf16 = false;
+};
+
 // A call's arrays in one backend's memory.
 class Placed {
  public:
@@ -80,6 +87,10 @@ class Placed {
   template <class T>
   T* operator()(Array<T> array) const {
     return static_cast<T*>(pointers_[array.index]);
+  }
+  Destination operator()(Activation array) const {
+    if (array.bf16) return static_cast<BFloat16*>(pointers_[array.index]);
+    return static_cast<float*>(pointers_[array.index]);
   }
 
  private:
@@ -117,6 +128,19 @@ class Call {
   template <class T = float>
   Array<T> output(const char* name, int64_t count) {
     return add<T>(name, garbage<T>(count), true, false);
+  }
+  // An activation output (Destination), in bf16 when `precision` is.
+  Activation activation(const char* name, int64_t count, Precision precision) {
+    if (precision == Precision::BF16) return {output<BFloat16>(name, count).index, true};
+    return {output<float>(name, count).index, false};
+  }
+  // An activation the op updates in place, from random values of [-1, 1) (rounded to bf16 in a bf16 check).
+  Activation updated_activation(const char* name, int64_t count, Precision precision) {
+    if (precision != Precision::BF16) return {updated(name, count).index, false};
+    std::vector<BFloat16> start(static_cast<size_t>(count));
+    const std::vector<float> values = random(count);
+    for (size_t i = 0; i < start.size(); ++i) start[i].bits = f32_to_bf16(values[i]);
+    return {updated(name, start).index, true};
   }
   // An output the op adds to, or updates in place: it starts from the same values on both sides.
   Array<float> updated(const char* name, int64_t count, float scale = 1.0f) {
@@ -234,6 +258,11 @@ struct Sizes {
 
 // "[2,70,64]": a call's shapes, as its description names them.
 std::string dims(std::initializer_list<int64_t> sizes);
+
+// ", bf16 output" in a bf16 check, for a call writing an Activation; empty otherwise.
+inline const char* bf16_output(const Sizes& s) {
+  return s.precision == Precision::BF16 ? ", bf16 output" : "";
+}
 
 // A padded batch's mask [B, S] (1 keep): sequence 0 drops scattered keys, sequence 1 (where there is one)
 // its first six positions, left padding, so that its first rows see no key at all.

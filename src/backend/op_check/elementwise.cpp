@@ -21,9 +21,9 @@ void elementwise_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     const auto x = c.output("x", s.T * s.H);  // [T, H]
     c.run([=](Ops& ops, const Placed& a) { ops.fill(a(x), s.T * s.H, -2.5f); });
   });
-  add(calls, "mask_rows", cat(dims({s.T, s.H}), ", padded rows"), [s](Call& c) {
-    const auto x = c.updated("x", s.T * s.H);                   // [T, H], in place
-    const auto mask = c.input("mask", padding_mask(s.B, s.S));  // [T]
+  add(calls, "mask_rows", cat(dims({s.T, s.H}), ", padded rows", bf16_output(s)), [s](Call& c) {
+    const auto x = c.updated_activation("x", s.T * s.H, s.precision);  // [T, H], in place
+    const auto mask = c.input("mask", padding_mask(s.B, s.S));         // [T]
     c.run([=](Ops& ops, const Placed& a) { ops.mask_rows(a(x), s.T, s.H, a(mask)); });
   });
   // The convolution's q columns added onto the q-k mean's q (the model's q before its norm).

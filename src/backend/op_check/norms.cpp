@@ -6,11 +6,11 @@
 namespace zaya::op_check {
 
 void norms_calls(const Sizes& s, std::vector<CallSpec>& calls) {
-  add(calls, "rmsnorm_forward", dims({s.T, s.H}), [s](Call& c) {
-    const auto x = c.uniform("x", s.T * s.H, 3.0f);  // [T, H]
-    const auto weight = c.uniform("weight", s.H);    // [H]
-    const auto y = c.output("y", s.T * s.H);         // [T, H]
-    const auto rstd = c.output("rstd", s.T);         // [T]
+  add(calls, "rmsnorm_forward", cat(dims({s.T, s.H}), bf16_output(s)), [s](Call& c) {
+    const auto x = c.uniform("x", s.T * s.H, 3.0f);            // [T, H]
+    const auto weight = c.uniform("weight", s.H);              // [H]
+    const auto y = c.activation("y", s.T * s.H, s.precision);  // [T, H]
+    const auto rstd = c.output("rstd", s.T);                   // [T]
     c.run([=](Ops& ops, const Placed& a) {
       ops.rmsnorm_forward(a(x), a(weight), s.T, s.H, s.eps, a(y), a(rstd));
     });

@@ -121,17 +121,19 @@ void expert_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     c.run([=](Ops& ops, const Placed& a) { ops.group_by_expert(a(choice), s.T, s.E, a(order), a(offsets)); });
   });
   // The experts' data movement, over the routed tokens (the skip-routed left out).
-  add(calls, "gather_rows", cat("routed rows of ", dims({s.T, s.H}), ", gate-scaled"), [s](Call& c) {
-    const std::vector<int32_t> choice = random_choices(c, s.T, s.E);
-    const auto order_values = grouped_order(choice, s.E);
-    const int64_t routed = int64_t(order_values.size());
-    const auto src = c.uniform("src", s.T * s.H);              // [T, H]
-    const auto order = c.input("order", order_values);         // [routed]
-    const auto gate = c.input("gate", gates(c, choice, s.E));  // [T]
-    const auto dst = c.output("dst", routed * s.H);            // [routed, H]
-    c.run(
-        [=](Ops& ops, const Placed& a) { ops.gather_rows(a(src), a(order), a(gate), routed, s.H, a(dst)); });
-  });
+  add(calls, "gather_rows", cat("routed rows of ", dims({s.T, s.H}), ", gate-scaled", bf16_output(s)),
+      [s](Call& c) {
+        const std::vector<int32_t> choice = random_choices(c, s.T, s.E);
+        const auto order_values = grouped_order(choice, s.E);
+        const int64_t routed = int64_t(order_values.size());
+        const auto src = c.uniform("src", s.T * s.H);                     // [T, H]
+        const auto order = c.input("order", order_values);                // [routed]
+        const auto gate = c.input("gate", gates(c, choice, s.E));         // [T]
+        const auto dst = c.activation("dst", routed * s.H, s.precision);  // [routed, H]
+        c.run([=](Ops& ops, const Placed& a) {
+          ops.gather_rows(a(src), a(order), a(gate), routed, s.H, a(dst));
+        });
+      });
   add(calls, "scatter_rows", cat("routed rows into ", dims({s.T, s.H}), ", gate-scaled"), [s](Call& c) {
     const std::vector<int32_t> choice = random_choices(c, s.T, s.E);
     const auto order_values = grouped_order(choice, s.E);
@@ -155,15 +157,15 @@ void expert_calls(const Sizes& s, std::vector<CallSpec>& calls) {
     const auto out = c.output("out", routed);           // [routed]
     c.run([=](Ops& ops, const Placed& a) { ops.gather_dot(a(d_moe), a(order), a(y), routed, s.H, a(out)); });
   });
-  add(calls, "swiglu_forward", dims({s.T, 2 * s.I}), [s](Call& c) {
+  add(calls, "swiglu_forward", cat(dims({s.T, 2 * s.I}), bf16_output(s)), [s](Call& c) {
     const auto gate_up = c.uniform("gate_up", s.T * 2 * s.I, 4.0f);  // [T, 2I]
-    const auto out = c.output("out", s.T * s.I);                     // [T, I]
+    const auto out = c.activation("out", s.T * s.I, s.precision);    // [T, I]
     c.run([=](Ops& ops, const Placed& a) { ops.swiglu_forward(a(gate_up), s.T, s.I, a(out)); });
   });
-  add(calls, "swiglu_backward", dims({s.T, 2 * s.I}), [s](Call& c) {
-    const auto gate_up = c.uniform("gate_up", s.T * 2 * s.I, 4.0f);  // [T, 2I]
-    const auto dout = c.uniform("dout", s.T * s.I);                  // [T, I]
-    const auto dgate_up = c.output("dgate_up", s.T * 2 * s.I);       // [T, 2I]
+  add(calls, "swiglu_backward", cat(dims({s.T, 2 * s.I}), bf16_output(s)), [s](Call& c) {
+    const auto gate_up = c.uniform("gate_up", s.T * 2 * s.I, 4.0f);              // [T, 2I]
+    const auto dout = c.uniform("dout", s.T * s.I);                              // [T, I]
+    const auto dgate_up = c.activation("dgate_up", s.T * 2 * s.I, s.precision);  // [T, 2I]
     c.run(
         [=](Ops& ops, const Placed& a) { ops.swiglu_backward(a(gate_up), a(dout), s.T, s.I, a(dgate_up)); });
   });
