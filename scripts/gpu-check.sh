@@ -2,7 +2,8 @@
 # What a machine with a GPU checks, in one run that fits a short loan of one: the GPU suite, every op against
 # the CPU, one-GPU training of configs/small.toml with the NCCL communicator of one rank, two ranks sharing
 # the GPU through the staged communicator against one process, and the step benchmarks (medium; a zaya1-base
-# layer at 8 x 4096 and at 16 x 512). Each part prints its result; the script ends with a summary and exits
+# layer at 8 x 4096, with each op timed on its own to set beside docs/ARCHITECTURE.md's table of its costs,
+# and at 16 x 512). Each part prints its result; the script ends with a summary and exits
 # 1 when any part failed. `emulated` runs the same parts on the GPU emulator (zaya-emulated) at small sizes:
 # how this script is checked on machines without a GPU.
 # Usage: scripts/gpu-check.sh [cuda|emulated] [BUILD_DIR]    (cuda: builds BUILD_DIR, default build-gpu)
@@ -24,12 +25,12 @@ case "$device" in
       || { tail -20 "$tmp/cmake.log" "$tmp/build.log"; echo "FAIL: the CUDA build"; exit 1; }
     zaya="$build/src/zaya" gpu_tests=("$build/tests/zaya_gpu_cuda_tests")
     medium=(--preset medium) layer=(--preset zaya1-base --layers 1) peak=(--peak-tflops 989) collectives=nccl
-    big=(--batch 8 --seq 4096) small=(--batch 16 --seq 512) stages=(700000 300000 100000)
+    big=(--batch 8 --seq 4096 --profile) small=(--batch 16 --seq 512) stages=(700000 300000 100000)
     corpus=(/usr/share/doc/python3.11/html/_sources/library) run=() ;;
   emulated)
     zaya="$build/src/zaya-emulated" gpu_tests=("$build/tests/zaya_gpu_emulated_tests" --gtest_filter='GpuModel.*')
     medium=(--preset tiny --batch 2 --seq 32) layer=(--preset tiny --layers 1) peak=() collectives=auto
-    big=(--batch 1 --seq 64) small=(--batch 2 --seq 32) stages=(8192 4096 4096)
+    big=(--batch 1 --seq 64 --profile) small=(--batch 2 --seq 32) stages=(8192 4096 4096)
     corpus=(/usr/share/doc/python3.11/html/_sources/library/[a-c]*.rst.txt)
     run=(--set 'model.preset="tiny"' --set batch.micro_batch=2 --set batch.start_sequences=4
          --set batch.sequences=4) ;;

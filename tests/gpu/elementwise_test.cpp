@@ -232,6 +232,19 @@ TEST_F(Elementwise, ResidualScaleForwardAndBackward) {
   EXPECT_TRUE(close(g1.host(), grads[1], 1e-5, 1e-5));
   EXPECT_TRUE(close(g2.host(), grads[2], 1e-5, 1e-5));
   EXPECT_TRUE(close(g3.host(), grads[3], 1e-5, 1e-5));
+
+  // dr in place of dout (as the model's backward passes it): the same dr and, from the same starts, the same
+  // gradients, bit for bit.
+  DeviceArray<float> gdr_in_place(dout), a0(random_values(size_t(n), 32)), a1(random_values(size_t(n), 33)),
+      a2(random_values(size_t(n), 34)), a3(random_values(size_t(n), 35));
+  gpu().residual_scale_backward(gh.data(), gr.data(), ghb.data(), ghs.data(), grb.data(), grs.data(),
+                                gdr_in_place.data(), rows, n, gdh.data(), gdr_in_place.data(), a0.data(),
+                                a1.data(), a2.data(), a3.data());
+  EXPECT_TRUE(close(gdr_in_place.host(), dr, 0, 0));
+  EXPECT_TRUE(close(a0.host(), g0.host(), 0, 0));
+  EXPECT_TRUE(close(a1.host(), g1.host(), 0, 0));
+  EXPECT_TRUE(close(a2.host(), g2.host(), 0, 0));
+  EXPECT_TRUE(close(a3.host(), g3.host(), 0, 0));
 }
 
 }  // namespace

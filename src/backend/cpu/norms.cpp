@@ -65,19 +65,33 @@ void CpuOps::residual_scale_backward(const float* h, const float* r, const float
                                      const float* h_scale, const float* r_bias, const float* r_scale,
                                      const float* dout, int64_t rows, int64_t n, float* dh, float* dr,
                                      float* dh_bias, float* dh_scale, float* dr_bias, float* dr_scale) {
-  reduce_columns(rows, n, dh_bias, [&](int64_t i, int64_t j) { return dout[i * n + j] * h_scale[j]; });
-  reduce_columns(rows, n, dh_scale,
-                 [&](int64_t i, int64_t j) { return dout[i * n + j] * (h[i * n + j] + h_bias[j]); });
-  reduce_columns(rows, n, dr_bias, [&](int64_t i, int64_t j) { return dout[i * n + j] * r_scale[j]; });
-  reduce_columns(rows, n, dr_scale,
-                 [&](int64_t i, int64_t j) { return dout[i * n + j] * (r[i * n + j] + r_bias[j]); });
+  // One pass over dout: each thread takes blocks of 64 columns down every row, summing the four parameter
+  // gradients' terms (in reduce_columns' order, so the same bits) as it writes dh and dr (dr may alias dout:
+  // each element is read before it is written, by the same thread).
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kBlock, width = std::min(kBlock, n - begin);
+    float d_h_bias[kBlock] = {}, d_h_scale[kBlock] = {}, d_r_bias[kBlock] = {}, d_r_scale[kBlock] = {};
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t at = i * n + begin;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = dout[i * n + j];
-      dh[i * n + j] = d * h_scale[j];
-      dr[i * n + j] = d * r_scale[j];
+      for (int64_t j = 0; j < width; ++j) {
+        const float d = dout[at + j], hs = h_scale[begin + j], rs = r_scale[begin + j];
+        d_h_bias[j] += d * hs;
+        d_h_scale[j] += d * (h[at + j] + h_bias[begin + j]);
+        d_r_bias[j] += d * rs;
+        d_r_scale[j] += d * (r[at + j] + r_bias[begin + j]);
+        dh[at + j] = d * hs;
+        dr[at + j] = d * rs;
+      }
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      dh_bias[begin + j] += d_h_bias[j];
+      dh_scale[begin + j] += d_h_scale[j];
+      dr_bias[begin + j] += d_r_bias[j];
+      dr_scale[begin + j] += d_r_scale[j];
     }
   }
 }

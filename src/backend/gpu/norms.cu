@@ -8,7 +8,10 @@ namespace {
 
 using gpu::block_dim_x;
 using gpu::block_x;
+using gpu::block_y;
+using gpu::sync_threads;
 using gpu::thread_x;
+using gpu::thread_y;
 
 constexpr unsigned kRowThreads = 256;
 
@@ -54,14 +57,47 @@ void residual_scale_forward_kernel(const float* h, const float* r, const float* 
   out[i] = (h[i] + h_bias[j]) * h_scale[j] + (r[i] + r_bias[j]) * r_scale[j];
 }
 
-ZAYA_KERNEL(gpu::kThreads)
-void residual_scale_backward_kernel(const float* h_scale, const float* r_scale, const float* dout,
-                                    int64_t count, int64_t n, float* dh, float* dr) {
-  const int64_t i = int64_t(block_x()) * block_dim_x() + thread_x();
-  if (i >= count) return;
-  const float d = dout[i];
-  dh[i] = d * h_scale[i % n];
-  dr[i] = d * r_scale[i % n];
+// The residual scaling's backward in one pass over dout: blocks of 32 columns x 8 row lanes, each over a
+// chunk of kChunkRows rows (gpu::sum_columns' layout), write dh and dr and sum the four parameter
+// gradients' terms into partial sums [4, chunks, n], added in chunk order afterwards as sum_columns adds
+// its own. dout is read once, where four column sums and the element pass read it five times. Each element
+// is read and written by one thread, so dr may alias dout.
+constexpr int kResidualSums = 4;  // d h_bias, d h_scale, d r_bias, d r_scale
+
+ZAYA_KERNEL(gpu::kColumnTile* gpu::kRowLanes)
+void residual_scale_backward_kernel(const float* h, const float* r, const float* h_bias, const float* h_scale,
+                                    const float* r_bias, const float* r_scale, const float* dout,
+                                    int64_t rows, int64_t n, int64_t chunks, float* dh, float* dr,
+                                    float* partial) {
+  ZAYA_SHARED_ARRAY(lanes, float[kResidualSums][gpu::kRowLanes][gpu::kColumnTile]);
+  const int64_t column = int64_t(block_x()) * gpu::kColumnTile + thread_x();
+  const int64_t chunk = block_y();
+  const int64_t first = chunk * gpu::kChunkRows;
+  const int64_t last = first + gpu::kChunkRows < rows ? first + gpu::kChunkRows : rows;
+  float sums[kResidualSums] = {0, 0, 0, 0};
+  if (column < n) {
+    const float hb = h_bias[column], hs = h_scale[column], rb = r_bias[column], rs = r_scale[column];
+    for (int64_t row = first + thread_y(); row < last; row += gpu::kRowLanes) {
+      const int64_t i = row * n + column;
+      const float d = dout[i];
+      sums[0] += d * hs;
+      sums[1] += d * (h[i] + hb);
+      sums[2] += d * rs;
+      sums[3] += d * (r[i] + rb);
+      dh[i] = d * hs;
+      dr[i] = d * rs;
+    }
+  }
+  for (int k = 0; k < kResidualSums; ++k) lanes[k][thread_y()][thread_x()] = sums[k];
+  sync_threads();
+  if (thread_y() == 0 && column < n) {
+    for (int k = 0; k < kResidualSums; ++k) {
+      float total = 0;
+      for (unsigned lane_row = 0; lane_row < gpu::kRowLanes; ++lane_row)
+        total += lanes[k][lane_row][thread_x()];
+      partial[(k * chunks + chunk) * n + column] = total;
+    }
+  }
 }
 
 struct NormalisedProduct {  // dy[r, j] x[r, j] rstd[r]: the norm weight's gradient
@@ -70,21 +106,6 @@ struct NormalisedProduct {  // dy[r, j] x[r, j] rstd[r]: the norm weight's gradi
   const float* rstd;
   int64_t n;
   ZAYA_DEVICE float operator()(int64_t r, int64_t j) const { return dy[r * n + j] * x[r * n + j] * rstd[r]; }
-};
-struct ScaledColumn {  // dout[r, j] scale[j]
-  const float* dout;
-  const float* scale;
-  int64_t n;
-  ZAYA_DEVICE float operator()(int64_t r, int64_t j) const { return dout[r * n + j] * scale[j]; }
-};
-struct BiasedProduct {  // dout[r, j] (v[r, j] + bias[j])
-  const float* dout;
-  const float* v;
-  const float* bias;
-  int64_t n;
-  ZAYA_DEVICE float operator()(int64_t r, int64_t j) const {
-    return dout[r * n + j] * (v[r * n + j] + bias[j]);
-  }
 };
 
 }  // namespace
@@ -115,15 +136,19 @@ void GpuOps::residual_scale_backward(const float* h, const float* r, const float
                                      const float* h_scale, const float* r_bias, const float* r_scale,
                                      const float* dout, int64_t rows, int64_t n, float* dh, float* dr,
                                      float* dh_bias, float* dh_scale, float* dr_bias, float* dr_scale) {
-  float* partial = scratch(gpu::column_chunks(rows) * n * sizeof(float));
+  if (rows == 0 || n == 0) return;
+  const int64_t chunks = gpu::column_chunks(rows);
+  float* partial = scratch(kResidualSums * chunks * n * sizeof(float));  // [4, chunks, n]
   const gpu::Stream stream = gpu::as_stream(stream_);
-  // The parameter gradients read dout before dr (which may alias it) is written.
-  gpu::sum_columns(ScaledColumn{dout, h_scale, n}, rows, n, dh_bias, partial, stream);
-  gpu::sum_columns(BiasedProduct{dout, h, h_bias, n}, rows, n, dh_scale, partial, stream);
-  gpu::sum_columns(ScaledColumn{dout, r_scale, n}, rows, n, dr_bias, partial, stream);
-  gpu::sum_columns(BiasedProduct{dout, r, r_bias, n}, rows, n, dr_scale, partial, stream);
-  gpu::launch("residual_scale_backward", residual_scale_backward_kernel, gpu::cover(rows * n, gpu::kThreads),
-              {gpu::kThreads}, 0, stream, h_scale, r_scale, dout, rows * n, n, dh, dr);
+  gpu::launch("residual_scale_backward", residual_scale_backward_kernel,
+              {unsigned((n + gpu::kColumnTile - 1) / gpu::kColumnTile), unsigned(chunks), 1},
+              {gpu::kColumnTile, gpu::kRowLanes}, 0, stream, h, r, h_bias, h_scale, r_bias, r_scale, dout,
+              rows, n, chunks, dh, dr, partial);
+  float* const sums[kResidualSums] = {dh_bias, dh_scale, dr_bias, dr_scale};
+  for (int k = 0; k < kResidualSums; ++k) {
+    gpu::launch("add_column_partials", gpu::add_column_partials<>, gpu::cover(n, gpu::kThreads),
+                {gpu::kThreads, 1}, 0, stream, partial + k * chunks * n, chunks, n, sums[k]);
+  }
 }
 
 }  // namespace zaya
