@@ -83,10 +83,11 @@ def rows(args):
         streamed(DQ_TILE, KV_HEADS) + streamed(DKV_TILE, HEADS) + copies(T * (2 * QD + 2 * KD))
         + 6 * T * QD * F32, "matrix")
     # Forward: each norm reads [T, H] f32 and writes it (the input norm in bf16), each scaling reads two and
-    # writes one. Backward: each norm reads x and dy twice (the weight's gradient, then dx) and writes dx;
-    # each scaling reads dout, h and r once (the four parameter gradients summed as dh and dr are written).
+    # writes one. Backward: each norm reads x and dy once and writes dx (its weight's gradient summed on the
+    # way); each scaling reads dout, h and r once (its four parameter gradients summed as dh and dr are
+    # written).
     forward = T * HIDDEN * ((F32 + BF16) + 2 * F32 + 2 * 3 * F32)
-    backward = T * HIDDEN * (2 * 5 * F32 + 2 * 5 * F32)
+    backward = T * HIDDEN * (2 * 3 * F32 + 2 * 5 * F32)
     add("norms, residual scaling (2 each)", 3 * 2 * 10 * T * HIDDEN, forward + backward, "vector")
     # The router's products stay f32 (no TF32): on the f32 cores.
     router = 2 * T * (HIDDEN * ROUTER + 2 * ROUTER * ROUTER + ROUTER * (EXPERTS + 1))

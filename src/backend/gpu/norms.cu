@@ -29,7 +29,39 @@ void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, floa
   for (int64_t j = thread_x(); j < n; j += block_dim_x()) y.store(row * n + j, weight[j] * (xr[j] * inv));
 }
 
-// dx = rstd (w dy) - x rstd^3 / n sum(w dy x).
+// dx = rstd (w dy) - x rstd^3 / n sum(w dy x), with the weight's gradient (sum over rows of dy x rstd) in
+// the same read of x and dy: a block walks kNormChunkRows rows, one at a time (a row's dot is a block sum),
+// and each thread sums the gradient terms of its columns (j = thread, thread + block, ...) in dynamic shared
+// memory [n]; the chunks' partial sums [chunks, n] are added in chunk order afterwards. A row wider than
+// kMaxFusedColumns (sums past 32 KiB) takes two passes instead: gpu::sum_columns, then
+// rmsnorm_backward_kernel.
+constexpr int64_t kNormChunkRows = 64, kMaxFusedColumns = 8192;
+
+ZAYA_KERNEL(kRowThreads)
+void rmsnorm_backward_fused_kernel(const float* x, const float* weight, const float* rstd, const float* dy,
+                                   int64_t rows, int64_t n, float* dx, bool accumulate, float* partial) {
+  ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
+  float* sums = gpu::dynamic_shared<float>();  // [n]
+  const int64_t chunk = block_x(), first = chunk * kNormChunkRows;
+  const int64_t last = first + kNormChunkRows < rows ? first + kNormChunkRows : rows;
+  for (int64_t j = thread_x(); j < n; j += block_dim_x()) sums[j] = 0;
+  for (int64_t row = first; row < last; ++row) {
+    const float* xr = x + row * n;
+    const float* dyr = dy + row * n;
+    float dot = 0;
+    for (int64_t j = thread_x(); j < n; j += block_dim_x()) dot += weight[j] * dyr[j] * xr[j];
+    dot = gpu::block_sum(dot, scratch);
+    const float inv = rstd[row], coef = inv * inv * inv * dot / float(n);
+    for (int64_t j = thread_x(); j < n; j += block_dim_x()) {
+      const float value = inv * weight[j] * dyr[j] - coef * xr[j];
+      dx[row * n + j] = accumulate ? dx[row * n + j] + value : value;
+      sums[j] += dyr[j] * xr[j] * inv;
+    }
+  }
+  for (int64_t j = thread_x(); j < n; j += block_dim_x()) partial[chunk * n + j] = sums[j];
+}
+
+// dx alone, a block per row (rows wider than kMaxFusedColumns).
 ZAYA_KERNEL(kRowThreads)
 void rmsnorm_backward_kernel(const float* x, const float* weight, const float* rstd, const float* dy,
                              int64_t n, float* dx, bool accumulate) {
@@ -118,10 +150,21 @@ void GpuOps::rmsnorm_forward(const float* x, const float* weight, int64_t rows, 
 
 void GpuOps::rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
                               int64_t rows, int64_t n, float* dx, bool accumulate, float* dweight) {
-  gpu::sum_columns(NormalisedProduct{dy, x, rstd, n}, rows, n, dweight,
-                   scratch(gpu::column_chunks(rows) * n * sizeof(float)), gpu::as_stream(stream_));
-  gpu::launch("rmsnorm_backward", rmsnorm_backward_kernel, {unsigned(rows)}, {kRowThreads}, 0,
-              gpu::as_stream(stream_), x, weight, rstd, dy, n, dx, accumulate);
+  if (rows == 0 || n == 0) return;
+  const gpu::Stream stream = gpu::as_stream(stream_);
+  if (n > kMaxFusedColumns) {
+    gpu::sum_columns(NormalisedProduct{dy, x, rstd, n}, rows, n, dweight,
+                     scratch(gpu::column_chunks(rows) * n * sizeof(float)), stream);
+    gpu::launch("rmsnorm_backward", rmsnorm_backward_kernel, {unsigned(rows)}, {kRowThreads}, 0, stream, x,
+                weight, rstd, dy, n, dx, accumulate);
+    return;
+  }
+  const int64_t chunks = (rows + kNormChunkRows - 1) / kNormChunkRows;
+  float* partial = scratch(chunks * n * sizeof(float));  // [chunks, n]
+  gpu::launch("rmsnorm_backward", rmsnorm_backward_fused_kernel, {unsigned(chunks)}, {kRowThreads},
+              n * sizeof(float), stream, x, weight, rstd, dy, rows, n, dx, accumulate, partial);
+  gpu::launch("add_column_partials", gpu::add_column_partials<>, gpu::cover(n, gpu::kThreads),
+              {gpu::kThreads, 1}, 0, stream, partial, chunks, n, dweight);
 }
 
 void GpuOps::residual_scale_forward(const float* h, const float* r, const float* h_bias, const float* h_scale,
