@@ -19,14 +19,14 @@ void write_rows(Destination dst, int64_t rows, int64_t n, const Fill& fill) {
     return;
   }
   BFloat16* bf16 = dst.bf16();
-#pragma omp parallel
-  {
-    std::vector<float> row(static_cast<size_t>(n));  // [n] this thread's row before rounding
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      fill(r, row.data());
-      round_to_bf16(row.data(), n, bf16 + r * n);
-    }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    // [n] this thread's row before rounding, kept from call to call (the pool's threads live on), so that a
+    // step allocates nothing here once its widest row has been seen.
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(n));
+    fill(r, row.data());
+    round_to_bf16(row.data(), n, bf16 + r * n);
   }
 }
 

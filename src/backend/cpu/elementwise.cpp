@@ -39,12 +39,11 @@ void CpuOps::mask_rows(Destination x, int64_t rows, int64_t n, const float* mask
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     if (mask[r] == 1.0f) continue;
-    for (int64_t j = r * n; j < (r + 1) * n; ++j) {
-      if (f32) {
-        f32[j] *= mask[r];
-      } else {
+    if (f32) {
+      for (int64_t j = r * n; j < (r + 1) * n; ++j) f32[j] *= mask[r];
+    } else {
+      for (int64_t j = r * n; j < (r + 1) * n; ++j)
         bf16[j].bits = f32_to_bf16(bf16_to_f32(bf16[j].bits) * mask[r]);
-      }
     }
   }
 }

@@ -29,12 +29,29 @@ void rmsnorm_forward_kernel(const float* x, const float* weight, int64_t n, floa
   for (int64_t j = thread_x(); j < n; j += block_dim_x()) y.store(row * n + j, weight[j] * (xr[j] * inv));
 }
 
-// dx = rstd (w dy) - x rstd^3 / n sum(w dy x), with the weight's gradient (sum over rows of dy x rstd) in
-// the same read of x and dy: a block walks kNormChunkRows rows, one at a time (a row's dot is a block sum),
-// and each thread sums the gradient terms of its columns (j = thread, thread + block, ...) in dynamic shared
-// memory [n]; the chunks' partial sums [chunks, n] are added in chunk order afterwards. A row wider than
-// kMaxFusedColumns (sums past 32 KiB) takes two passes instead: gpu::sum_columns, then
-// rmsnorm_backward_kernel.
+// One row of RMSNorm's backward, by every thread of the block: dx = rstd (w dy) - x rstd^3 / n sum(w dy x)
+// (the dot a block sum in `scratch`); when `sums` is given, each thread adds its columns' terms of the
+// weight's gradient, dy x rstd, to sums[j] (j = thread, thread + block, ...).
+ZAYA_DEVICE void rmsnorm_backward_row(const float* x, const float* weight, const float* rstd, const float* dy,
+                                      int64_t row, int64_t n, float* dx, bool accumulate, float* scratch,
+                                      float* sums) {
+  const float* xr = x + row * n;
+  const float* dyr = dy + row * n;
+  float dot = 0;
+  for (int64_t j = thread_x(); j < n; j += block_dim_x()) dot += weight[j] * dyr[j] * xr[j];
+  dot = gpu::block_sum(dot, scratch);
+  const float inv = rstd[row], coef = inv * inv * inv * dot / float(n);
+  for (int64_t j = thread_x(); j < n; j += block_dim_x()) {
+    const float value = inv * weight[j] * dyr[j] - coef * xr[j];
+    dx[row * n + j] = accumulate ? dx[row * n + j] + value : value;
+    if (sums) sums[j] += dyr[j] * xr[j] * inv;
+  }
+}
+
+// dx and the weight's gradient in one read of x and dy: a block walks kNormChunkRows rows, one at a time,
+// summing its columns' gradient terms in dynamic shared memory [n]; the chunks' partial sums [chunks, n] are
+// added in chunk order afterwards. A row wider than kMaxFusedColumns (sums past 32 KiB) takes two passes
+// instead: gpu::sum_columns, then rmsnorm_backward_kernel.
 constexpr int64_t kNormChunkRows = 64, kMaxFusedColumns = 8192;
 
 ZAYA_KERNEL(kRowThreads)
@@ -45,19 +62,8 @@ void rmsnorm_backward_fused_kernel(const float* x, const float* weight, const fl
   const int64_t chunk = block_x(), first = chunk * kNormChunkRows;
   const int64_t last = first + kNormChunkRows < rows ? first + kNormChunkRows : rows;
   for (int64_t j = thread_x(); j < n; j += block_dim_x()) sums[j] = 0;
-  for (int64_t row = first; row < last; ++row) {
-    const float* xr = x + row * n;
-    const float* dyr = dy + row * n;
-    float dot = 0;
-    for (int64_t j = thread_x(); j < n; j += block_dim_x()) dot += weight[j] * dyr[j] * xr[j];
-    dot = gpu::block_sum(dot, scratch);
-    const float inv = rstd[row], coef = inv * inv * inv * dot / float(n);
-    for (int64_t j = thread_x(); j < n; j += block_dim_x()) {
-      const float value = inv * weight[j] * dyr[j] - coef * xr[j];
-      dx[row * n + j] = accumulate ? dx[row * n + j] + value : value;
-      sums[j] += dyr[j] * xr[j] * inv;
-    }
-  }
+  for (int64_t row = first; row < last; ++row)
+    rmsnorm_backward_row(x, weight, rstd, dy, row, n, dx, accumulate, scratch, sums);
   for (int64_t j = thread_x(); j < n; j += block_dim_x()) partial[chunk * n + j] = sums[j];
 }
 
@@ -66,17 +72,7 @@ ZAYA_KERNEL(kRowThreads)
 void rmsnorm_backward_kernel(const float* x, const float* weight, const float* rstd, const float* dy,
                              int64_t n, float* dx, bool accumulate) {
   ZAYA_SHARED_ARRAY(scratch, float[gpu::kMaxWarps + 1]);
-  const int64_t row = block_x();
-  const float* xr = x + row * n;
-  const float* dyr = dy + row * n;
-  float dot = 0;
-  for (int64_t j = thread_x(); j < n; j += block_dim_x()) dot += weight[j] * dyr[j] * xr[j];
-  dot = gpu::block_sum(dot, scratch);
-  const float inv = rstd[row], coef = inv * inv * inv * dot / float(n);
-  for (int64_t j = thread_x(); j < n; j += block_dim_x()) {
-    const float value = inv * weight[j] * dyr[j] - coef * xr[j];
-    dx[row * n + j] = accumulate ? dx[row * n + j] + value : value;
-  }
+  rmsnorm_backward_row(x, weight, rstd, dy, block_x(), n, dx, accumulate, scratch, nullptr);
 }
 
 ZAYA_KERNEL(gpu::kThreads)
